@@ -58,6 +58,7 @@ class ViolationKind(enum.StrEnum):
     CONTENT_DECODING_ERROR = "content_decoding_error"
     OVERSIZE_REQUEST = "oversize_request"
     OVERSIZE_STREAM = "oversize_stream"
+    UNEXPECTED_CONTENT_TYPE = "unexpected_content_type"
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,0 +1,308 @@
+"""mitmproxy addon: observe LLM inference streams and hand one audit record per exchange to the
+store writer. Thin glue: options, hook wiring, fail-open policy; the work is in ``observer``.
+
+Load with ``mitmdump -s addons/llm_audit.py --set observer_db=URL`` or embedded by
+``observer run``. Hook use follows the measured facts of mitmproxy 12.3
+(shared reference "mitmproxy-streaming", §2 and §7):
+
+- ``requestheaders``: classify by headers (cheap); other traffic gets ``stream = True`` on the
+  request (and later the response) so it is never buffered and never recorded.
+- ``request``: read the (buffered) request body of an observed flow into the record.
+- ``responseheaders``: install a per-flow stream callable that feeds the core and returns
+  every chunk unchanged — the same object, never ``b""`` for non-empty input.
+- ``response`` / ``error`` (mutually exclusive): finish the record and ``put_nowait`` it.
+
+Fail open: no exception leaves a hook or the stream callable. A failure stops observation of
+that flow, the bytes keep flowing, and the record carries an ``observer_error`` violation.
+Hooks never block or await.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mitmproxy import ctx, exceptions, http
+
+from observer.dialects.base import Dialect, RequestView
+from observer.dialects.registry import DialectRegistry, default_registry
+from observer.limits import Limits
+from observer.reassembly import EndCause
+from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
+from observer.redact import redact_path
+from observer.tap import StreamObserver, request_only_record
+
+log = logging.getLogger("observer.addon")
+
+Sink = Callable[[Exchange], bool]
+METADATA_KEY = "llm_audit"
+
+
+@dataclass(slots=True)
+class _FlowState:
+    dialect: Dialect
+    exchange: Exchange
+    observer: StreamObserver | None = None
+    violations: list[Violation] = field(default_factory=list)
+
+
+class StreamTap:
+    """The per-flow ``flow.response.stream`` callable: feeds each chunk to the observer and
+    returns it unchanged (the same object). Runs inside mitmproxy's core, so it must never raise
+    (an exception would silently drop the chunk for the client)."""
+
+    __slots__ = ("_observer",)
+
+    def __init__(self, observer: StreamObserver) -> None:
+        self._observer = observer
+
+    def __call__(self, data: bytes) -> bytes:
+        obs = self._observer
+        if data and not obs.broken:
+            try:
+                obs.feed(data, time.time())
+            except Exception as exc:  # fail open: stop observing, keep forwarding
+                obs.fail(exc)
+                log.error("observer error on a stream; observation stopped for this flow", exc_info=True)
+        return data
+
+
+def end_cause_from_error(message: str) -> EndCause:
+    """Classifies mitmproxy's free-text ``flow.error.msg`` (shared reference §2.4): client
+    disconnects and client RST_STREAM(CANCEL) are client aborts; everything else (upstream
+    resets, incomplete bodies, ``peer closed connection``) counts as an upstream failure.
+    Best effort: the raw message is always recorded too."""
+    m = message.lower()
+    if m.startswith("client disconnected") or "(cancel)" in m:
+        return EndCause.CLIENT_ABORTED
+    return EndCause.UPSTREAM_FAILED
+
+
+class LLMAudit:
+    """The addon. ``sink`` receives each finished record and returns False when it had to drop
+    it; by default (``sink=None``) a ``RecordWriter`` on ``observer_db`` is started in
+    ``running`` and closed in ``done``."""
+
+    def __init__(self, sink: Sink | None = None, registry: DialectRegistry | None = None) -> None:
+        self._sink = sink
+        self._registry = registry or default_registry()
+        self._writer = None
+        self._limits = Limits()
+        self.records_submitted = 0
+        self.records_dropped = 0
+        self.hook_errors = 0
+
+    # ----- options -----
+    def load(self, loader) -> None:
+        loader.add_option("observer_db", str, "sqlite:///observer.db", "SQLAlchemy URL of the audit store.")
+        loader.add_option(
+            "observer_spool", str, "", "File that keeps records while the database is unreachable (empty: none)."
+        )
+        loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
+        loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
+        loader.add_option("observer_max_event_bytes", int, Limits.max_event_bytes, "Cap of one SSE event (bytes).")
+        loader.add_option(
+            "observer_max_stream_text_chars", int, Limits.max_stream_text_chars, "Text kept per stream (chars)."
+        )
+        loader.add_option(
+            "observer_max_request_bytes", int, Limits.max_request_bytes, "Request body parsed for the record (bytes)."
+        )
+        loader.add_option(
+            "observer_max_body_bytes", int, Limits.max_body_bytes, "Error/non-SSE body kept verbatim (bytes)."
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        names = ("max_event_bytes", "max_stream_text_chars", "max_request_bytes", "max_body_bytes")
+        if any(f"observer_{n}" in updated for n in names) or "observer_queue_max" in updated:
+            values = {n: getattr(ctx.options, f"observer_{n}") for n in names}
+            for n, v in [*values.items(), ("queue_max", ctx.options.observer_queue_max)]:
+                if v <= 0:
+                    raise exceptions.OptionsError(f"observer_{n} must be a positive integer, got {v}")
+            self._limits = Limits(**values)
+        if "observer_db" in updated and not ctx.options.observer_db.strip():
+            raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
+
+    def running(self) -> None:
+        if self._sink is not None or self._writer is not None:
+            return
+        from observer.store.migrate import upgrade
+        from observer.store.store import AuditStore
+        from observer.store.writer import RecordWriter
+
+        url = ctx.options.observer_db
+        if ctx.options.observer_migrate:
+            upgrade(url)
+        spool = ctx.options.observer_spool
+        self._writer = RecordWriter(
+            AuditStore(url), queue_max=ctx.options.observer_queue_max, spool_path=Path(spool) if spool else None
+        )
+        self._writer.start()
+        self._sink = self._writer.submit
+        log.info("observer: recording LLM exchanges to %s", _safe_url(url))
+
+    def done(self) -> None:
+        if self._writer is not None:
+            self._writer.close(timeout_s=10.0)
+            log.info("observer: writer closed %s", self._writer.stats())
+            self._writer = None
+            self._sink = None
+
+    # ----- hooks -----
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        try:
+            req = flow.request
+            view = RequestView(req.method, req.host, req.path, {k.lower(): v for k, v in req.headers.items()})
+            dialect = self._registry.classify(view)
+            if dialect is None:
+                flow.request.stream = True  # not ours: never buffer someone else's upload
+                return
+            state = _FlowState(dialect, self._skeleton(flow, dialect))
+            length = req.headers.get("content-length", "")
+            if length.isdigit() and int(length) > self._limits.max_request_bytes:
+                flow.request.stream = True
+                state.violations.append(
+                    Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {length} bytes not parsed")
+                )
+            flow.metadata[METADATA_KEY] = state
+        except Exception:
+            self._hook_failed("requestheaders")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.get(METADATA_KEY)
+        if state is None:
+            return
+        try:
+            body = flow.request.raw_content
+            if body is None:  # streamed (oversize): nothing to parse
+                return
+            body = flow.request.get_content(strict=False) or b""
+            if len(body) > self._limits.max_request_bytes:
+                state.violations.append(
+                    Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {len(body)} bytes not parsed")
+                )
+                return
+            facts, violations = state.dialect.parse_request(body)
+            state.exchange.request = facts
+            state.violations.extend(violations)
+        except Exception as exc:
+            self._hook_failed("request")
+            state.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"request: {type(exc).__name__}"))
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.get(METADATA_KEY)
+        if state is None:
+            flow.response.stream = True  # not ours: stream through, never buffer
+            return
+        try:
+            resp = flow.response
+            ex = state.exchange
+            ex.status_code = resp.status_code
+            ex.violations.extend(state.violations)
+            state.violations.clear()
+            state.observer = StreamObserver(
+                state.dialect,
+                ex,
+                status_code=resp.status_code,
+                content_type=resp.headers.get("content-type"),
+                content_encoding=resp.headers.get("content-encoding"),
+                limits=self._limits,
+            )
+            flow.response.stream = StreamTap(state.observer)
+        except Exception as exc:
+            flow.response.stream = True  # fail open: the client still gets its stream
+            self._hook_failed("responseheaders")
+            state.violations.append(
+                Violation(ViolationKind.OBSERVER_ERROR, None, f"responseheaders: {type(exc).__name__}")
+            )
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.pop(METADATA_KEY, None)
+        if state is None:
+            return
+        now = time.time()
+        try:
+            if state.observer is None:  # headers hook failed: keep what we know
+                record = request_only_record(state.exchange, EndCause.EOF, now_s=now, transport_error=None)
+                record.status_code = flow.response.status_code
+            else:
+                record = state.observer.finish(
+                    EndCause.EOF, now_s=now, ended_at_s=flow.response.timestamp_end or now
+                )
+            record.violations.extend(state.violations)
+        except Exception as exc:
+            self._hook_failed("response")
+            record = state.exchange
+            record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"response: {type(exc).__name__}"))
+        self._submit(record)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.pop(METADATA_KEY, None)
+        if state is None:
+            return
+        now = time.time()
+        message = flow.error.msg if flow.error else "unknown error"
+        end = end_cause_from_error(message)
+        try:
+            if state.observer is None:
+                record = request_only_record(state.exchange, end, now_s=now, transport_error=message)
+                if flow.response is not None:
+                    record.status_code = flow.response.status_code
+            else:
+                record = state.observer.finish(end, now_s=now, transport_error=message)
+            record.violations.extend(state.violations)
+        except Exception as exc:
+            self._hook_failed("error")
+            record = state.exchange
+            record.transport_error = message
+            record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"error: {type(exc).__name__}"))
+        self._submit(record)
+
+    # ----- helpers -----
+    def _skeleton(self, flow: http.HTTPFlow, dialect: Dialect) -> Exchange:
+        req = flow.request
+        return Exchange(
+            id=str(uuid.uuid4()),
+            dialect=dialect.name,
+            host=req.host,
+            path=redact_path(req.path),
+            method=req.method,
+            http_version=req.http_version,
+            started_at=utc_from_epoch(req.timestamp_start or time.time()),
+        )
+
+    def _submit(self, record: Exchange) -> None:
+        sink = self._sink
+        if sink is None:
+            self.records_dropped += 1
+            log.error("observer: no record sink; record %s dropped", record.id)
+            return
+        try:
+            accepted = sink(record)
+        except Exception:
+            accepted = False
+            log.error("observer: record sink failed; record %s dropped", record.id, exc_info=True)
+        if accepted:
+            self.records_submitted += 1
+        else:
+            self.records_dropped += 1
+
+    def _hook_failed(self, hook: str) -> None:
+        self.hook_errors += 1
+        log.error("observer: %s hook failed; the flow passes through unobserved", hook, exc_info=True)
+
+
+def _safe_url(url: str) -> str:
+    """The DB URL without its password, for logs."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable url>"
+
+
+addons = [LLMAudit()]

@@ -1,0 +1,109 @@
+"""The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``.
+
+Every command that touches the store takes ``--db URL`` (default: the config file or env
+``OBSERVER_DB``, else ``sqlite:///observer.db``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from observer.config import load_settings
+
+app = typer.Typer(help="Passive observer and compliance logger for LLM inference streams.", no_args_is_help=True)
+db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+DbOpt = Annotated[
+    Optional[str], typer.Option("--db", help="SQLAlchemy URL of the audit store [env OBSERVER_DB; default sqlite:///observer.db].")
+]
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def run(
+    proxy_port: Annotated[Optional[int], typer.Option(help="Forward proxy port [default 8080].")] = None,
+    api_port: Annotated[Optional[int], typer.Option(help="Query API port [default 8081].")] = None,
+    db: DbOpt = None,
+    confdir: Annotated[Optional[Path], typer.Option(help="mitmproxy confdir holding the CA [default DATA_DIR/mitmproxy].")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Folder for the API token and CA [default .observer].")] = None,
+    proxy_host: Annotated[Optional[str], typer.Option(help="Proxy bind address [default 127.0.0.1].")] = None,
+    api_host: Annotated[Optional[str], typer.Option(help="API bind address [default 127.0.0.1].")] = None,
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", help="Extra mitmproxy option NAME=VALUE (repeatable).")
+    ] = None,
+) -> None:
+    """Run the forward proxy with the audit addon and the query API, until Ctrl-C."""
+    from observer.runner import run_proxy, start_api_process, stop_process
+    from observer.store.migrate import upgrade
+    from observer.token import resolve_token
+
+    _logging()
+    settings = load_settings(
+        db=db, proxy_port=proxy_port, api_port=api_port, confdir=confdir, data_dir=data_dir,
+        proxy_host=proxy_host, api_host=api_host,
+    )  # fmt: skip
+    upgrade(settings.db)
+    token = resolve_token(settings)
+    api = start_api_process(settings, token)
+    ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
+    typer.echo(
+        f"observer: proxy http://{settings.proxy_host}:{settings.proxy_port} "
+        f"(clients trust {ca}), API http://{settings.api_host}:{settings.api_port}/docs, "
+        f"store {_safe(settings.db)}"
+    )
+    try:
+        code = asyncio.run(run_proxy(settings, list(set_ or []), api))
+    finally:
+        stop_process(api)
+    raise typer.Exit(code)
+
+
+@app.command()
+def api(
+    host: Annotated[Optional[str], typer.Option(help="Bind address [default 127.0.0.1].")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port [default 8081].")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Serve the query API only (token from env OBSERVER_API_TOKEN or the data folder)."""
+    import uvicorn
+
+    from observer.api.app import create_app
+    from observer.store.store import AuditStore
+    from observer.token import resolve_token
+
+    _logging()
+    settings = load_settings(db=db, api_host=host, api_port=port)
+    token = resolve_token(settings)
+    uvicorn.run(
+        create_app(AuditStore(settings.db), token), host=settings.api_host, port=settings.api_port, log_level="warning"
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOpt = None) -> None:
+    """Create or migrate the audit store schema to the newest version (alembic upgrade head)."""
+    from observer.store.migrate import upgrade
+
+    _logging()
+    settings = load_settings(db=db)
+    upgrade(settings.db)
+    typer.echo(f"observer: store {_safe(settings.db)} is at the newest schema")
+
+
+def _safe(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,41 @@
+"""The dialect registry: the one place that chooses a dialect for a request.
+
+Adding a vendor is adding one module and one entry in ``default_registry`` — no provider
+``if/else`` anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from observer.dialects.base import Dialect, RequestView
+
+
+class DialectRegistry:
+    """An ordered list of dialects; the first whose ``matches`` is true wins (the standard
+    media type is checked first, then vendor formats)."""
+
+    def __init__(self, dialects: Iterable[Dialect]) -> None:
+        self._dialects = tuple(dialects)
+        names = [d.name for d in self._dialects]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate dialect names: {names}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Registered dialect names in match order."""
+        return tuple(d.name for d in self._dialects)
+
+    def classify(self, request: RequestView) -> Dialect | None:
+        """The dialect for ``request``, or ``None`` for traffic that is not LLM inference."""
+        for dialect in self._dialects:
+            if dialect.matches(request):
+                return dialect
+        return None
+
+
+def default_registry() -> DialectRegistry:
+    """The registry with every built-in dialect, standard first."""
+    from observer.dialects.standard import StandardDialect
+
+    return DialectRegistry([StandardDialect()])

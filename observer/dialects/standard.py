@@ -1,0 +1,275 @@
+"""The draft standard dialect ``llm-stream-1.0``: ``application/llm-request+json`` requests and
+their SSE event streams.
+
+Source: Internet-Draft "A Standard Wire Format for LLM Inference Streaming" — §4.1 media type,
+§4.2-§4.7 request envelope, §5.1 framing, §5.2 envelope (``v``, ``seq``, ``type``), §5.3 event
+types, §5.4 lifecycle, §8.3 extensions not interpreted, §8.4 sequence exhaustion, §9.1 media
+type parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from observer.dialects.base import RequestView
+from observer.events import (
+    CanonicalEvent,
+    ContentDelta,
+    ContentStop,
+    ErrorEvent,
+    StreamEnd,
+    StreamStart,
+    ToolCallEvent,
+    UsageEvent,
+)
+from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.sse import SSEEvent
+
+MEDIA_TYPE = "application/llm-request+json"
+SUPPORTED_VERSION = "1.0"
+SEQ_SAFE_MAX = 2**53  # draft §8.4: beyond the JSON/JavaScript safe integer limit
+BINARY_PART_TYPES = frozenset({"image", "document", "audio"})  # draft §4.3 content parts
+
+V = ViolationKind
+
+
+class StandardDialect:
+    """``llm-stream-1.0``: recognised by the request media type alone (draft §4.1), compared
+    case-insensitively and with any parameters (``; version=1.0; charset=utf-8``) ignored."""
+
+    name = "llm-stream-1.0"
+
+    def matches(self, request: RequestView) -> bool:
+        return request.media_type == MEDIA_TYPE
+
+    def parse_request(self, body: bytes) -> tuple[RequestFacts, list[Violation]]:
+        """Reads the request envelope (draft §4.2). Binary content parts are reduced to type,
+        media type and decoded size (``data_bytes``); the base64 payload is not kept.
+        Never raises: malformed input gives ``invalid_request`` / ``unsupported_version``."""
+        facts = RequestFacts(body_bytes=len(body))
+        violations: list[Violation] = []
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
+        if not isinstance(doc, dict):
+            return facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+
+        missing = [k for k in ("version", "stream", "model", "messages") if k not in doc]
+        if missing:
+            violations.append(Violation(V.INVALID_REQUEST, None, f"missing required fields: {', '.join(missing)}"))
+        version = doc.get("version")
+        facts.version = version if isinstance(version, str) else None
+        if "version" in doc and version != SUPPORTED_VERSION:
+            violations.append(Violation(V.UNSUPPORTED_VERSION, None, f"request version {version!r}"))
+        stream = doc.get("stream")
+        facts.stream = stream if isinstance(stream, bool) else None
+        model = doc.get("model")
+        facts.model = model if isinstance(model, str) else None
+
+        messages = doc.get("messages")
+        if isinstance(messages, list):
+            facts.messages = [_message(m) for m in messages]
+        elif messages is not None:
+            violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
+        tools = doc.get("tools")
+        if isinstance(tools, list):
+            facts.tools = [t for t in tools if isinstance(t, dict)]
+        elif tools is not None:
+            violations.append(Violation(V.INVALID_REQUEST, None, "tools is not an array"))
+        for key in ("parameters", "metadata"):
+            value = doc.get(key)
+            if isinstance(value, dict):
+                setattr(facts, key, value)
+            elif value is not None:
+                violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not an object"))
+        extensions = doc.get("extensions")
+        if isinstance(extensions, dict):
+            facts.extensions = sorted(str(k) for k in extensions)  # names only; values not interpreted (§8.3)
+        return facts, violations
+
+    def new_adapter(self, request: RequestFacts) -> StandardAdapter:
+        return StandardAdapter()
+
+
+def _message(m: Any) -> dict[str, Any]:
+    if not isinstance(m, dict):
+        return {"invalid": True}
+    out = dict(m)
+    content = m.get("content")
+    if isinstance(content, list):
+        out["content"] = [_part(p) for p in content]
+    return out
+
+
+def _part(p: Any) -> Any:
+    if not isinstance(p, dict):
+        return p
+    if "data" not in p:
+        return p
+    out = {k: v for k, v in p.items() if k != "data"}
+    data = p["data"]
+    out["data_bytes"] = base64_decoded_size(data) if isinstance(data, str) else None
+    return out
+
+
+def base64_decoded_size(data: str) -> int:
+    """Decoded size in bytes of a base64 string (RFC 4648 §4), computed without decoding:
+    3 bytes per 4 characters (floor, so unpadded input works too), minus one per ``=`` pad;
+    whitespace ignored."""
+    chars = len(data) - sum(data.count(c) for c in " \t\r\n")
+    stripped = data.rstrip(" \t\r\n")
+    pad = min(2, len(stripped) - len(stripped.rstrip("=")))
+    return max(0, chars * 3 // 4 - pad)
+
+
+class StandardAdapter:
+    """Per-stream mapping of ``llm-stream-1.0`` SSE events onto canonical events, checking the
+    envelope and lifecycle (draft §5.2-§5.4): ``seq`` gaps and repeats, the first event being
+    ``stream.start`` with seq 0, the JSON ``type`` matching the SSE ``event`` field, the ``v``
+    version, seq beyond 2^53. Unknown fields and unknown event types are ignored (§5.2)."""
+
+    def __init__(self) -> None:
+        self._first = True
+        self._last_seq: int | None = None
+        self._skipped = 0  # events lost to invalid JSON since the last good seq
+        self._bad_versions: set[str] = set()
+        self._exhausted = False
+
+    def on_sse(self, event: SSEEvent) -> list[CanonicalEvent | Violation]:
+        out: list[CanonicalEvent | Violation] = []
+        try:
+            obj = orjson.loads(event.data)
+        except orjson.JSONDecodeError as exc:
+            self._skipped += 1
+            out.append(Violation(V.INVALID_JSON, None, f"event {event.event or 'message'!r}: {exc}"))
+            return out
+        if not isinstance(obj, dict):
+            self._skipped += 1
+            out.append(Violation(V.INVALID_EVENT, None, "event data is not a JSON object"))
+            return out
+
+        seq = self._check_seq(obj, out)
+        etype = obj.get("type")
+        if not isinstance(etype, str):
+            out.append(Violation(V.INVALID_EVENT, seq, "missing or non-string type"))
+            etype = event.event or None
+        sse_type = event.event or "message"  # WHATWG: an event without `event` has type "message"
+        if etype != sse_type:
+            out.append(Violation(V.TYPE_MISMATCH, seq, f"SSE event {sse_type!r} but JSON type {etype!r}"))
+        self._check_version(obj, seq, out)
+        if self._first:
+            self._first = False
+            if etype != "stream.start" or seq != 0:
+                out.append(Violation(V.MISSING_STREAM_START, seq, f"first event is {etype!r} with seq {seq}"))
+        elif etype == "stream.start":
+            out.append(Violation(V.INVALID_EVENT, seq, "second stream.start"))
+        mapper = _MAPPERS.get(etype) if etype else None
+        if mapper is not None:
+            mapper(obj, seq, out)
+        return out
+
+    def _check_seq(self, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> int | None:
+        seq = obj.get("seq")
+        if not _is_int(seq) or seq < 0:
+            out.append(Violation(V.INVALID_EVENT, None, f"seq is not a non-negative integer: {seq!r}"))
+            return None
+        if seq > SEQ_SAFE_MAX and not self._exhausted:
+            self._exhausted = True
+            out.append(Violation(V.SEQ_EXHAUSTED, seq, "seq beyond 2^53 (draft §8.4)"))
+        last = self._last_seq
+        if last is not None:
+            if seq <= last:
+                out.append(Violation(V.SEQ_REPEAT, seq, f"seq {seq} after {last}"))
+            elif seq > last + 1 + self._skipped:
+                out.append(Violation(V.SEQ_GAP, seq, f"expected {last + 1}, got {seq}"))
+        self._last_seq = seq if last is None else max(last, seq)
+        self._skipped = 0
+        return seq
+
+    def _check_version(self, obj: dict[str, Any], seq: int | None, out: list[CanonicalEvent | Violation]) -> None:
+        v = obj.get("v")
+        if v == SUPPORTED_VERSION:
+            return
+        key = repr(v)
+        if key not in self._bad_versions:  # once per distinct value, not once per event
+            self._bad_versions.add(key)
+            out.append(Violation(V.UNSUPPORTED_VERSION, seq, f"event v {v!r}"))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _str(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], *, required: bool = True) -> str | None:
+    v = obj.get(key)
+    if isinstance(v, str):
+        return v
+    if v is not None or required:
+        out.append(Violation(V.INVALID_EVENT, seq, f"{obj.get('type')}: {key} is not a string"))
+    return None
+
+
+def _int(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], default: int | None) -> int | None:
+    v = obj.get(key)
+    if _is_int(v) and v >= 0:
+        return v
+    out.append(Violation(V.INVALID_EVENT, seq, f"{obj.get('type')}: {key} is not a non-negative integer"))
+    return default
+
+
+def _stream_start(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    model = _str(obj, "model", seq, out)
+    out.append(StreamStart(seq, model, _str(obj, "request_id", seq, out, required=False)))
+
+
+def _content_delta(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    index = _int(obj, "index", seq, out, 0)
+    delta = obj.get("delta")
+    text = delta.get("text") if isinstance(delta, dict) else None
+    if not isinstance(text, str):
+        out.append(Violation(V.INVALID_EVENT, seq, "content.delta: delta.text is not a string"))
+        return
+    out.append(ContentDelta(seq, index or 0, text))
+
+
+def _content_stop(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    index = _int(obj, "index", seq, out, 0)
+    reason = _str(obj, "stop_reason", seq, out)
+    out.append(ContentStop(seq, index or 0, reason, reason))
+
+
+def _tool_call(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    index = _int(obj, "index", seq, out, None)
+    arguments = obj.get("arguments")
+    if not isinstance(arguments, str):
+        out.append(Violation(V.INVALID_EVENT, seq, "tool.call: arguments is not a JSON-encoded string"))
+        arguments = "" if arguments is None else orjson.dumps(arguments).decode()
+    out.append(ToolCallEvent(seq, index, _str(obj, "id", seq, out), _str(obj, "name", seq, out), arguments))
+
+
+def _usage(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    out.append(
+        UsageEvent(seq, _int(obj, "input_tokens", seq, out, None), _int(obj, "output_tokens", seq, out, None))
+    )
+
+
+def _error(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    out.append(ErrorEvent(seq, _str(obj, "code", seq, out), _str(obj, "message", seq, out)))
+
+
+def _stream_end(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+    out.append(StreamEnd(seq, _str(obj, "request_id", seq, out, required=False)))
+
+
+_MAPPERS = {
+    "stream.start": _stream_start,
+    "content.delta": _content_delta,
+    "content.stop": _content_stop,
+    "tool.call": _tool_call,
+    "usage": _usage,
+    "error": _error,
+    "stream.end": _stream_end,
+}

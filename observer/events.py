@@ -1,0 +1,80 @@
+"""Canonical stream events: the draft's event taxonomy (draft §5.3) as frozen dataclasses.
+
+Dialect adapters map their wire messages onto these; ``observer.reassembly.Reassembler``
+turns them into one ``Exchange``. ``seq`` is the wire sequence number when the dialect has one
+(the standard does, draft §5.2), else ``None``. Pure module: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """``stream.start``: the endpoint accepted the request; ``model`` generates the response."""
+
+    seq: int | None
+    model: str | None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    """``content.delta``: ``text`` appended to content block ``index`` (type ``block_type``)."""
+
+    seq: int | None
+    index: int
+    text: str
+    block_type: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ContentStop:
+    """``content.stop``: block ``index`` ended; ``stop_reason`` canonical, ``stop_reason_raw`` as sent."""
+
+    seq: int | None
+    index: int
+    stop_reason: str | None
+    stop_reason_raw: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEvent:
+    """``tool.call``: a complete tool invocation request; ``arguments`` is the JSON string as sent."""
+
+    seq: int | None
+    index: int | None
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    """``usage``: token counts (tokens; ``None`` = not in this event). Later values replace
+    earlier ones (the draft allows several usage events; each carries the totals so far)."""
+
+    seq: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """``error``: a generation error with machine ``code`` and human ``message``."""
+
+    seq: int | None
+    code: str | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """``stream.end``: clean termination of the stream."""
+
+    seq: int | None
+    request_id: str | None = None
+
+
+CanonicalEvent = StreamStart | ContentDelta | ContentStop | ToolCallEvent | UsageEvent | ErrorEvent | StreamEnd

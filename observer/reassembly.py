@@ -1,0 +1,228 @@
+"""Reassembly: a sans-IO state machine from canonical events to one audit record.
+
+Input: ``CanonicalEvent``s and ``Violation``s in wire order, each with the caller's clock
+reading ``now_s`` (seconds since the epoch; the core reads no clock). Output: the response half
+of an ``Exchange`` (text per block, tool calls, usage, stop reason, error, request id, timing,
+violations, outcome).
+
+Generic lifecycle rules enforced here (draft §5.4 "Stream Lifecycle", §8.2): events after
+``stream.end`` (``event_after_end``, not applied), no ``stream.end`` before the stream ended
+(``missing_stream_end``), a ``tool.call`` naming a tool the request did not declare
+(``undeclared_tool``), a ``request_id`` differing from the request's ``metadata.request_id``
+(``request_id_mismatch``, draft §4.6). Wire-level rules of a dialect (``seq``, ``type``) are the
+dialect adapter's job.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from observer.events import (
+    CanonicalEvent,
+    ContentDelta,
+    ContentStop,
+    ErrorEvent,
+    StreamEnd,
+    StreamStart,
+    ToolCallEvent,
+    UsageEvent,
+)
+from observer.records import Block, ErrorInfo, Exchange, Outcome, RequestFacts, ToolCall, Usage, Violation, ViolationKind
+
+
+class EndCause(enum.StrEnum):
+    """Why the byte stream stopped, as the transport saw it (not what the payload said)."""
+
+    EOF = "eof"  # the upstream finished the body cleanly (mitmproxy ``response`` hook)
+    CLIENT_ABORTED = "client_aborted"  # the client went away (mitmproxy ``error``: client side)
+    UPSTREAM_FAILED = "upstream_failed"  # the upstream connection broke or reset mid-body
+
+
+@dataclass(slots=True)
+class _BlockState:
+    index: int
+    type: str
+    parts: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+class Reassembler:
+    """Accumulates one response stream.
+
+    ``max_text_chars`` caps the generated text kept per stream (characters, all blocks and tool
+    arguments together); beyond it text is dropped and one ``oversize_stream`` violation is
+    recorded, so memory per stream stays bounded.
+    """
+
+    def __init__(self, request: RequestFacts, *, max_text_chars: int = 8 << 20) -> None:
+        self._request = request
+        self._declared = request.tool_names
+        self._request_meta_id = _str_or_none(request.metadata.get("request_id")) if request.metadata else None
+        self._max_text_chars = max_text_chars
+        self._text_chars = 0
+        self._blocks: dict[int, _BlockState] = {}
+        self._tool_calls: list[ToolCall] = []
+        self._usage = Usage()
+        self._violations: list[Violation] = []
+        self._model: str | None = None
+        self._request_id: str | None = None
+        self._stop_reason: str | None = None
+        self._stop_reason_raw: str | None = None
+        self._error: ErrorInfo | None = None
+        self._started = False
+        self._ended = False
+        self._first_text_s: float | None = None
+        self._events = 0
+        self._oversize = False
+
+    @property
+    def ended(self) -> bool:
+        """True once ``stream.end`` was applied."""
+        return self._ended
+
+    def violation(self, v: Violation) -> None:
+        """Records a violation found by a lower layer (wire decoder, dialect adapter, tap)."""
+        self._violations.append(v)
+
+    def apply(self, ev: CanonicalEvent, now_s: float) -> None:
+        """Applies one canonical event observed at ``now_s`` (epoch seconds)."""
+        if self._ended:
+            self._violations.append(
+                Violation(ViolationKind.EVENT_AFTER_END, ev.seq, f"{_type_name(ev)} after stream.end (ignored)")
+            )
+            return
+        self._events += 1
+        match ev:
+            case ContentDelta():
+                self._on_delta(ev, now_s)
+            case StreamStart():
+                self._started = True
+                if ev.model is not None:
+                    self._model = ev.model
+                self._check_request_id(ev.request_id, ev.seq, "stream.start")
+            case ContentStop():
+                block = self._block(ev.index, "text")
+                block.stop_reason = ev.stop_reason
+                self._stop_reason = ev.stop_reason
+                self._stop_reason_raw = ev.stop_reason_raw
+            case ToolCallEvent():
+                self._on_tool_call(ev)
+            case UsageEvent():
+                # Assign, never add: each usage event carries the totals so far (draft §5.3).
+                if ev.input_tokens is not None:
+                    self._usage.input_tokens = ev.input_tokens
+                if ev.output_tokens is not None:
+                    self._usage.output_tokens = ev.output_tokens
+                self._usage.reported = True
+            case ErrorEvent():
+                if self._error is None:
+                    self._error = ErrorInfo(ev.code, ev.message)
+            case StreamEnd():
+                self._check_request_id(ev.request_id, ev.seq, "stream.end")
+                self._ended = True
+
+    def _on_delta(self, ev: ContentDelta, now_s: float) -> None:
+        block = self._block(ev.index, ev.block_type)
+        if ev.text and self._first_text_s is None:
+            self._first_text_s = now_s
+        text = self._take(ev.text)
+        if text:
+            block.parts.append(text)
+
+    def _on_tool_call(self, ev: ToolCallEvent) -> None:
+        declared = ev.name is not None and ev.name in self._declared
+        if not declared:
+            self._violations.append(
+                Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, f"tool {ev.name!r} was not declared in the request")
+            )
+        self._tool_calls.append(ToolCall(ev.index, ev.id, ev.name, self._take(ev.arguments), declared))
+
+    def _take(self, text: str) -> str:
+        """Returns the part of ``text`` that fits under the per-stream cap."""
+        room = self._max_text_chars - self._text_chars
+        if len(text) > room:
+            if not self._oversize:
+                self._oversize = True
+                self._violations.append(
+                    Violation(ViolationKind.OVERSIZE_STREAM, None, f"text beyond {self._max_text_chars} chars dropped")
+                )
+            text = text[: max(room, 0)]
+        self._text_chars += len(text)
+        return text
+
+    def _block(self, index: int, block_type: str) -> _BlockState:
+        block = self._blocks.get(index)
+        if block is None:
+            block = self._blocks[index] = _BlockState(index, block_type)
+        return block
+
+    def _check_request_id(self, rid: str | None, seq: int | None, where: str) -> None:
+        if rid is None:
+            return
+        if self._request_id is None:
+            self._request_id = rid
+        expected = self._request_meta_id if self._request_meta_id is not None else self._request_id
+        if rid != expected:
+            self._violations.append(
+                Violation(ViolationKind.REQUEST_ID_MISMATCH, seq, f"{where} request_id {rid!r} != {expected!r}")
+            )
+
+    def finish(self, exchange: Exchange, end: EndCause, *, request_start_s: float | None) -> Exchange:
+        """Writes the reassembled response into ``exchange`` and decides its outcome.
+
+        Outcome (skeleton issue §5): ``error`` if an error event arrived; else ``completed`` if
+        ``stream.end`` was seen; else ``client_aborted`` or ``truncated`` by ``end``. A stream
+        that stopped without ``stream.end`` also gets a ``missing_stream_end`` violation.
+        ``http_error`` is decided by the caller, which never feeds a non-2xx body here.
+        """
+        exchange.model = self._model
+        exchange.request_id = self._request_id if self._request_id is not None else self._request_meta_id
+        exchange.blocks = [
+            Block(b.index, b.type, "".join(b.parts), b.stop_reason) for b in sorted(self._blocks.values(), key=_index)
+        ]
+        exchange.tool_calls = list(self._tool_calls)
+        exchange.usage = self._usage
+        exchange.stop_reason = self._stop_reason
+        exchange.stop_reason_raw = self._stop_reason_raw
+        exchange.error = self._error
+        exchange.events = self._events
+        if self._first_text_s is not None and request_start_s is not None:
+            exchange.ttft_s = max(0.0, self._first_text_s - request_start_s)
+        if not self._ended:
+            detail = {
+                EndCause.EOF: "upstream closed the stream before stream.end",
+                EndCause.CLIENT_ABORTED: "client aborted before stream.end",
+                EndCause.UPSTREAM_FAILED: "upstream connection failed before stream.end",
+            }[end]
+            self._violations.append(Violation(ViolationKind.MISSING_STREAM_END, None, detail))
+        exchange.violations.extend(self._violations)
+        if self._error is not None:
+            exchange.outcome = Outcome.ERROR
+        elif self._ended:
+            exchange.outcome = Outcome.COMPLETED
+        elif end is EndCause.CLIENT_ABORTED:
+            exchange.outcome = Outcome.CLIENT_ABORTED
+        else:
+            exchange.outcome = Outcome.TRUNCATED
+        return exchange
+
+
+def _index(b: _BlockState) -> int:
+    return b.index
+
+
+def _type_name(ev: CanonicalEvent) -> str:
+    return {
+        StreamStart: "stream.start",
+        ContentDelta: "content.delta",
+        ContentStop: "content.stop",
+        ToolCallEvent: "tool.call",
+        UsageEvent: "usage",
+        ErrorEvent: "error",
+        StreamEnd: "stream.end",
+    }[type(ev)]
+
+
+def _str_or_none(v: object) -> str | None:
+    return v if isinstance(v, str) else None

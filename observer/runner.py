@@ -1,0 +1,88 @@
+"""Process wiring of ``observer run``: the query API in a child process (uvicorn), the forward
+proxy (embedded mitmproxy ``DumpMaster`` with the audit addon) in this one.
+
+DESIGN "Queries never share the proxy's loop": mitmproxy runs one asyncio loop on one thread,
+so the API gets its own process; ``run`` supervises both and stops both when either ends.
+This module is the composition root: it is the one place that imports the addon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+from observer.config import Settings
+
+log = logging.getLogger("observer.run")
+API_CHECK_INTERVAL_S = 0.5
+API_STOP_TIMEOUT_S = 10.0
+
+
+def start_api_process(settings: Settings, token: str) -> subprocess.Popen:
+    """Starts ``observer api`` as a child process with the token in its environment."""
+    env = dict(os.environ, OBSERVER_API_TOKEN=token)
+    cmd = [
+        sys.executable, "-m", "observer.cli", "api",
+        "--host", settings.api_host, "--port", str(settings.api_port), "--db", settings.db,
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, env=env)
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) -> None:
+    """SIGTERM, then SIGKILL after ``timeout_s`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout_s)
+
+
+async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Popen | None = None) -> int:
+    """Runs the forward proxy until SIGINT/SIGTERM (exit code 0) or until the API child dies
+    (exit code 1). ``mitm_sets`` are extra mitmproxy options as ``name=value`` strings."""
+    from mitmproxy import options
+    from mitmproxy.tools.dump import DumpMaster
+
+    from addons.llm_audit import LLMAudit
+
+    confdir = settings.mitmproxy_confdir
+    confdir.mkdir(parents=True, exist_ok=True)
+    opts = options.Options(listen_host=settings.proxy_host, listen_port=settings.proxy_port, confdir=str(confdir))
+    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+    master.addons.add(LLMAudit())
+    opts.update(observer_db=settings.db, observer_migrate=False, flow_detail=0)
+    if settings.spool_path is not None:
+        opts.update(observer_spool=str(settings.spool_path))
+    if mitm_sets:
+        opts.set(*mitm_sets)
+    exit_code = 0
+
+    def stop(*_: object) -> None:
+        master.shutdown()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+
+    async def watch_api() -> None:
+        nonlocal exit_code
+        while api is not None:
+            if api.poll() is not None:
+                log.error("observer: the API process exited with code %s; stopping", api.returncode)
+                exit_code = 1
+                master.shutdown()
+                return
+            await asyncio.sleep(API_CHECK_INTERVAL_S)
+
+    watcher = asyncio.create_task(watch_api())
+    try:
+        await master.run()
+    finally:
+        watcher.cancel()
+    return exit_code
