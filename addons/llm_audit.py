@@ -40,6 +40,7 @@ log = logging.getLogger("observer.addon")
 
 Sink = Callable[[Exchange], bool]
 METADATA_KEY = "llm_audit"
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass(slots=True)
@@ -62,7 +63,7 @@ class StreamTap:
 
     def __call__(self, data: bytes) -> bytes:
         obs = self._observer
-        if data and not obs.broken:
+        if data:  # a broken observer only counts bytes
             try:
                 obs.feed(data, time.time())
             except Exception as exc:  # fail open: stop observing, keep forwarding
@@ -104,15 +105,15 @@ class LLMAudit:
         )
         loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
         loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
-        loader.add_option("observer_max_event_bytes", int, Limits.max_event_bytes, "Cap of one SSE event (bytes).")
+        loader.add_option("observer_max_event_bytes", int, DEFAULT_LIMITS.max_event_bytes, "Cap of one SSE event (bytes).")
         loader.add_option(
-            "observer_max_stream_text_chars", int, Limits.max_stream_text_chars, "Text kept per stream (chars)."
+            "observer_max_stream_text_chars", int, DEFAULT_LIMITS.max_stream_text_chars, "Text kept per stream (chars)."
         )
         loader.add_option(
-            "observer_max_request_bytes", int, Limits.max_request_bytes, "Request body parsed for the record (bytes)."
+            "observer_max_request_bytes", int, DEFAULT_LIMITS.max_request_bytes, "Request body parsed for the record (bytes)."
         )
         loader.add_option(
-            "observer_max_body_bytes", int, Limits.max_body_bytes, "Error/non-SSE body kept verbatim (bytes)."
+            "observer_max_body_bytes", int, DEFAULT_LIMITS.max_body_bytes, "Error/non-SSE body kept verbatim (bytes)."
         )
 
     def configure(self, updated: set[str]) -> None:

@@ -106,6 +106,8 @@ class StreamObserver:
         r = self._reassembler
         if isinstance(item, Violation):
             r.violation(item)
+            if item.kind == ViolationKind.OVERSIZE_EVENT:
+                self._adapter.on_lost()
             return
         for ev in self._adapter.on_sse(item):
             if isinstance(ev, Violation):

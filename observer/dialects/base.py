@@ -37,6 +37,11 @@ class StreamAdapter(Protocol):
         """Maps one SSE event; returns canonical events and violations in wire order."""
         ...
 
+    def on_lost(self) -> None:
+        """A wire event was dropped below the dialect (e.g. ``oversize_event``): its absence
+        is already recorded and must not count again (e.g. as a ``seq`` gap)."""
+        ...
+
 
 class Dialect(Protocol):
     """One wire dialect. Implementations are stateless; per-stream state lives in the adapter."""

@@ -138,6 +138,9 @@ class StandardAdapter:
         self._bad_versions: set[str] = set()
         self._exhausted = False
 
+    def on_lost(self) -> None:
+        self._skipped += 1
+
     def on_sse(self, event: SSEEvent) -> list[CanonicalEvent | Violation]:
         out: list[CanonicalEvent | Violation] = []
         try:

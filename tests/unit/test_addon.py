@@ -1,0 +1,255 @@
+"""The mitmproxy addon driven through mitmproxy's own test helpers (``taddons``, ``tflow``):
+chunks are returned unchanged (the same object), failures never reach the proxy, non-LLM
+flows are streamed and not recorded, and ``response``/``error`` produce the right record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy.flow import Error
+from mitmproxy.test import taddons, tflow
+
+from addons.llm_audit import METADATA_KEY, LLMAudit, StreamTap, end_cause_from_error
+from observer.reassembly import EndCause
+from observer.records import Exchange
+
+FIX = Path(__file__).parent.parent / "fixtures" / "wire" / "llm-stream-1.0"
+BODY = (FIX / "complete_example.sse").read_bytes()
+REQUEST = (FIX / "complete_example.request.json").read_bytes()
+
+
+class Sink:
+    def __init__(self, accept: bool = True) -> None:
+        self.records: list[Exchange] = []
+        self.accept = accept
+
+    def __call__(self, record: Exchange) -> bool:
+        self.records.append(record)
+        return self.accept
+
+
+def llm_flow(content_type: str = "application/llm-request+json; version=1.0; charset=utf-8") -> http.HTTPFlow:
+    f = tflow.tflow()
+    f.request.method = "POST"
+    f.request.host = "llm.example"
+    f.request.path = "/v1/stream?key=sk-secret&x=1"
+    f.request.headers["content-type"] = content_type
+    f.request.content = REQUEST
+    return f
+
+
+def respond(f: http.HTTPFlow, status: int = 200, content_type: str = "text/event-stream") -> None:
+    f.response = http.Response.make(status, b"", {"content-type": content_type})
+    f.response.stream = False
+
+
+def run_stream(addon: LLMAudit, f: http.HTTPFlow, chunks: list[bytes], status: int = 200) -> list[bytes]:
+    addon.requestheaders(f)
+    addon.request(f)
+    respond(f, status)
+    addon.responseheaders(f)
+    tap = f.response.stream
+    out = []
+    for c in chunks:
+        r = tap(c)
+        assert r is c  # the same object: never rewritten, never b"" for non-empty input
+        out.append(r)
+    tap(b"")
+    return out
+
+
+def test_complete_stream_is_recorded():
+    """A streamed §5.5 example becomes one completed record; credentials in the query are redacted."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        run_stream(addon, f, [BODY[:100], BODY[100:101], BODY[101:]])
+        addon.response(f)
+    (rec,) = sink.records
+    d = rec.to_dict()
+    assert d["dialect"] == "llm-stream-1.0"
+    assert d["path"] == "/v1/stream?key=REDACTED&x=1"
+    assert d["host"] == "llm.example"
+    assert d["text"] == "The weather in Vienna is 24C and sunny."
+    assert d["outcome"] == "completed"
+    assert d["usage"] == {"input_tokens": 42, "output_tokens": 8, "reported": True}
+    assert d["response_bytes"] == len(BODY)
+    assert d["violations"] == []
+    assert METADATA_KEY not in f.metadata  # no reference kept after the flow ended
+
+
+@pytest.mark.parametrize("ctype", ["application/json", "text/plain", ""])
+def test_non_llm_flow_streams_and_is_not_recorded(ctype):
+    """Other traffic: request and response streamed (never buffered), nothing recorded."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow(ctype)
+        addon.requestheaders(f)
+        assert f.request.stream is True
+        addon.request(f)
+        respond(f, 200, "application/json")
+        addon.responseheaders(f)
+        assert f.response.stream is True
+        addon.response(f)
+    assert sink.records == []
+
+
+def test_media_type_is_case_insensitive():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow("Application/LLM-Request+JSON")
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    assert len(sink.records) == 1
+
+
+def test_exception_in_core_fails_open(monkeypatch):
+    """A bug in the core: chunks still pass unchanged, the flow is recorded with observer_error."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)
+        addon.request(f)
+        respond(f)
+        addon.responseheaders(f)
+        tap: StreamTap = f.response.stream
+        obs = f.metadata[METADATA_KEY].observer
+
+        def boom(*a, **k):
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(obs, "_consume", boom)
+        chunks = [BODY[:50], BODY[50:]]
+        assert [tap(c) for c in chunks] == chunks
+        addon.response(f)
+    (rec,) = sink.records
+    kinds = [v.kind for v in rec.violations]
+    assert "observer_error" in kinds
+    assert rec.response_bytes == len(BODY)
+
+
+def test_client_abort_records_partial_text():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        cut = BODY.index(b"event: content.delta", BODY.index(b'" weather"'))
+        addon.requestheaders(f)
+        addon.request(f)
+        respond(f)
+        addon.responseheaders(f)
+        f.response.stream(BODY[:cut])
+        f.error = Error("Client disconnected.")
+        addon.error(f)
+    (rec,) = sink.records
+    assert rec.outcome == "client_aborted"
+    assert rec.text == "The weather"
+    assert rec.transport_error == "Client disconnected."
+    assert [v.kind for v in rec.violations] == ["missing_stream_end"]
+
+
+def test_upstream_failure_is_truncated():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)
+        addon.request(f)
+        respond(f)
+        addon.responseheaders(f)
+        f.response.stream(BODY[:400])
+        f.error = Error(
+            "HTTP/1 protocol error: peer closed connection without sending complete message body "
+            "(incomplete chunked read)"
+        )
+        addon.error(f)
+    (rec,) = sink.records
+    assert rec.outcome == "truncated"
+
+
+def test_error_before_response_headers():
+    """Upstream unreachable: no response at all -> outcome error, code no_response."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)
+        addon.request(f)
+        f.error = Error("Connection refused")
+        addon.error(f)
+    (rec,) = sink.records
+    assert rec.outcome == "error"
+    assert rec.error.code == "no_response"
+    assert rec.request.model == "example-model"
+
+
+def test_http_error_keeps_body():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        body = b'{"error":{"code":"rate_limited","message":"slow down"}}'
+        addon.requestheaders(f)
+        addon.request(f)
+        f.response = http.Response.make(429, b"", {"content-type": "application/json"})
+        addon.responseheaders(f)
+        f.response.stream(body)
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.outcome == "http_error"
+    assert rec.status_code == 429
+    assert rec.response_body == body.decode()
+    assert rec.violations == []
+
+
+def test_dropped_records_are_counted():
+    addon = LLMAudit(sink=Sink(accept=False))
+    with taddons.context(addon):
+        f = llm_flow()
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    assert (addon.records_submitted, addon.records_dropped) == (0, 1)
+
+
+def test_invalid_option_is_rejected():
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError):
+            tctx.configure(addon, observer_max_event_bytes=0)
+
+
+def test_oversize_request_by_content_length_streams_request():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_max_request_bytes=100)
+        f = llm_flow()
+        addon.requestheaders(f)
+        assert f.request.stream is True
+        respond(f)
+        addon.responseheaders(f)
+        f.response.stream(BODY)
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.violations[0].kind == "oversize_request"
+    assert rec.text == "The weather in Vienna is 24C and sunny."
+
+
+@pytest.mark.parametrize(
+    ("msg", "cause"),
+    [
+        ("Client disconnected.", EndCause.CLIENT_ABORTED),
+        ("stream reset by client (CANCEL)", EndCause.CLIENT_ABORTED),
+        ("stream reset by client (INTERNAL_ERROR)", EndCause.UPSTREAM_FAILED),
+        ("peer closed connection", EndCause.UPSTREAM_FAILED),
+    ],
+)
+def test_end_cause_from_error(msg, cause):
+    """mitmproxy's free-text error messages (shared reference §2.4) classified by prefix."""
+    assert end_cause_from_error(msg) is cause

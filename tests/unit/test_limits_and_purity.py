@@ -1,0 +1,82 @@
+"""Bounded memory per stream (caps give recorded violations) and the pure-core import rule."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from observer.limits import Limits
+from tests.wirefeed import observe
+
+REQ = b'{"version":"1.0","stream":true,"model":"m","messages":[]}'
+START = b'event: stream.start\ndata: {"v":"1.0","seq":0,"type":"stream.start","model":"m"}\n\n'
+END = b'event: stream.end\ndata: {"v":"1.0","seq":2,"type":"stream.end"}\n\n'
+
+
+def delta(seq: int, text: str) -> bytes:
+    return (
+        b'event: content.delta\ndata: {"v":"1.0","seq":%d,"type":"content.delta","index":0,"role":"assistant",'
+        b'"delta":{"text":"%s"}}\n\n' % (seq, text.encode())
+    )
+
+
+def test_oversize_event_is_skipped_and_flagged():
+    """An event over max_event_bytes is dropped with one violation; the stream goes on."""
+    big = delta(1, "x" * 5000)
+    rec = observe("llm-stream-1.0", REQ, [START, big, END], limits=Limits(max_event_bytes=1000))
+    assert [v["kind"] for v in rec["violations"]] == ["oversize_event"]
+    assert rec["outcome"] == "completed"
+    assert rec["text"] == ""
+
+
+def test_stream_text_cap():
+    """Text beyond max_stream_text_chars is dropped once, flagged once."""
+    body = START + delta(1, "abcdef") + delta(2, "ghij") + b'event: stream.end\ndata: {"v":"1.0","seq":3,"type":"stream.end"}\n\n'
+    rec = observe("llm-stream-1.0", REQ, [body], limits=Limits(max_stream_text_chars=8))
+    assert rec["text"] == "abcdefgh"
+    assert [v["kind"] for v in rec["violations"]] == ["oversize_stream"]
+
+
+def test_http_error_body_capped():
+    rec = observe("llm-stream-1.0", REQ, [b"e" * 100], status=503, content_type="text/plain", limits=Limits(max_body_bytes=10))
+    assert rec["outcome"] == "http_error"
+    assert rec["response_body"] == "e" * 10
+    assert rec["response_bytes"] == 100
+
+
+def test_unsupported_encoding_passes_through_flagged():
+    rec = observe("llm-stream-1.0", REQ, [START], content_encoding="compress")
+    assert [v["kind"] for v in rec["violations"]] == ["content_decoding_error", "missing_stream_end"]
+
+
+def test_corrupt_gzip_flagged():
+    rec = observe("llm-stream-1.0", REQ, [b"\x1f\x8b\x08\x00garbage-garbage"], content_encoding="gzip")
+    assert rec["violations"][0]["kind"] == "content_decoding_error"
+
+
+def test_non_sse_2xx_flagged():
+    rec = observe("llm-stream-1.0", REQ, [b'{"ok":true}'], content_type="application/json")
+    assert [v["kind"] for v in rec["violations"]] == ["unexpected_content_type", "missing_stream_end"]
+    assert rec["response_body"] == '{"ok":true}'
+
+
+PURE = ["observer/wire", "observer/dialects", "observer/reassembly.py", "observer/records.py", "observer/events.py",
+        "observer/tap.py", "observer/limits.py", "observer/redact.py"]  # fmt: skip
+FORBIDDEN = {"mitmproxy", "sqlalchemy", "fastapi", "asyncio", "time", "socket", "threading", "uvicorn", "datetime.now"}
+
+
+def test_core_is_sans_io():
+    """The pure core imports no proxy, database, web framework, event loop or clock."""
+    root = Path(__file__).resolve().parents[2]
+    files = [p for entry in PURE for p in ([root / entry] if entry.endswith(".py") else (root / entry).rglob("*.py"))]
+    assert len(files) >= 8
+    for path in files:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
