@@ -1,0 +1,378 @@
+"""Incremental, sans-IO decoder for ``text/event-stream`` (Server-Sent Events).
+
+Implements WHATWG HTML §9.2.6 "Interpreting an event stream" (with the line ends and BOM
+of §9.2.5 "Parsing an event stream"), in the manner of python-hyper/h11 and httpx-sse ``_decoders.py``:
+bytes go in through :meth:`SSEDecoder.feed`, complete :class:`SSEEvent` values and
+:class:`~observer.records.Violation` values come out, in stream order. No I/O, no clock, no
+globals; the decoder never blocks and never raises on malformed input (malformed input is
+either ignored, as WHATWG prescribes, or reported as a ``Violation``).
+
+Shapes and units
+----------------
+- Input: ``bytes`` (any bytes-like object is accepted and copied once), split anywhere,
+  including inside a multi-byte UTF-8 character, inside the leading BOM and between the CR
+  and the LF of a CRLF.
+- Output: ``list[SSEEvent | Violation]``. Concatenating the lists returned by every
+  ``feed`` and the final ``close`` gives the same sequence however the input was split.
+- Sizes (``SSEEvent.size_bytes``, ``max_event_bytes``): bytes on the wire, UTF-8 undecoded,
+  line terminators included, the stream's leading BOM excluded.
+
+Where this decoder departs from WHATWG, on purpose (it observes for the record, it does not
+drive an ``EventSource``):
+
+- End of stream: WHATWG discards an event whose dispatching blank line never arrived. Here
+  :meth:`SSEDecoder.close` still parses it and returns it followed by a
+  ``Violation(kind="unterminated_final_event")``.
+- Oversize events: an event block larger than ``max_event_bytes`` is discarded and reported
+  as ``Violation(kind="oversize_event")``; the decoder resynchronises at the next blank line.
+- The default event type ``"message"`` is not filled in: ``SSEEvent.event`` is ``""`` when
+  the block had no ``event`` field (consumers apply the default).
+- A blank line whose CR is the very last byte fed so far is not acted on until the next byte
+  (or ``close``) shows whether an LF follows: that keeps ``size_bytes`` exact and the output
+  independent of chunking. Only streams using bare-CR line ends, or a CRLF split exactly
+  between its two bytes, see a dispatch one chunk late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from observer.records import Violation, ViolationKind
+
+__all__ = ["SSEDecoder", "SSEEvent"]
+
+_BOM = b"\xef\xbb\xbf"
+_LF = 0x0A
+_CR = 0x0D
+_COLON = 0x3A
+
+# What to do with an LF that opens a chunk when the previous chunk ended with a CR: such an
+# LF is the second half of a CRLF line end (WHATWG: "a U+000D CARRIAGE RETURN U+000A LINE
+# FEED (CRLF) character pair" is one line end), never a line end of its own.
+_CR_NONE = 0  # the previous chunk did not end with a CR
+_CR_COUNT = 1  # CR ended a field/comment line of the current block: count the LF in its size
+_CR_DEFER = 2  # CR ended a blank line: the LF (if any) belongs to it, then act on the blank line
+_CR_DROP = 3  # CR ended a line being skipped (oversize recovery): swallow the LF
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event (WHATWG "dispatch the event" step).
+
+    - ``event``: the ``event`` field's value; ``""`` when the block had none (WHATWG's default
+      type ``"message"`` is left to the consumer).
+    - ``data``: the ``data`` lines' values joined with ``"\\n"`` (WHATWG appends value + LF per
+      line and removes one trailing LF at dispatch).
+    - ``id``: the last-event-ID buffer at dispatch; it persists across events (WHATWG), ``None``
+      if no ``id`` field was ever accepted on this stream.
+    - ``retry``: the reconnection time in milliseconds set by a ``retry`` field of this block
+      (ASCII digits only), else ``None``.
+    - ``size_bytes``: bytes this event occupied on the wire: every line since the previous
+      blank line (comments and unknown fields included) with its line terminator, plus the
+      dispatching blank line; the stream's leading BOM excluded.
+    """
+
+    event: str
+    data: str
+    id: str | None
+    retry: int | None
+    size_bytes: int
+
+
+class SSEDecoder:
+    """Incremental ``text/event-stream`` decoder (WHATWG HTML §9.2.6).
+
+    ``max_event_bytes`` (bytes, > 0) bounds one event block as measured by
+    ``SSEEvent.size_bytes``; a larger block is discarded with one ``oversize_event``
+    violation. The decoder holds at most about ``max_event_bytes`` plus one input chunk.
+
+    Cost: each input byte is scanned a small constant number of times, by C code
+    (``in``, ``bytes.split``/``splitlines``), when its chunk arrives; the bytes of an incomplete
+    line are appended to a ``bytearray`` and never rescanned; Python work is per line, not per
+    byte.
+    """
+
+    __slots__ = (
+        "_max",
+        "_closed",
+        "_bom",
+        "_partial",
+        "_data",
+        "_event",
+        "_last_id",
+        "_retry",
+        "_size",
+        "_skipping",
+        "_skip_at_line_start",
+        "_cr",
+    )
+
+    def __init__(self, max_event_bytes: int = 1 << 20) -> None:
+        """Raises ``ValueError`` if ``max_event_bytes`` is not a positive int."""
+        if not isinstance(max_event_bytes, int) or max_event_bytes <= 0:
+            raise ValueError(f"max_event_bytes must be a positive int, got {max_event_bytes!r}")
+        self._max = max_event_bytes
+        self._closed = False
+        # Bytes seen at the very start of the stream while they may still be a split BOM;
+        # None once the BOM question is settled (at most 2 bytes are ever held here).
+        self._bom: bytes | None = b""
+        # The incomplete current line (no terminator seen yet).
+        self._partial = bytearray()
+        # The current block: data values (raw bytes, decoded at dispatch), event type buffer,
+        # retry set by this block, and the bytes of its complete lines.
+        self._data: list[bytes] = []
+        self._event = b""
+        self._retry: int | None = None
+        self._size = 0
+        # WHATWG "last event ID buffer": persists across dispatches.
+        self._last_id: str | None = None
+        # Oversize recovery: discarding input up to the next blank line.
+        self._skipping = False
+        self._skip_at_line_start = True
+        self._cr = _CR_NONE
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of input currently held (partial line, data values, event type, BOM prefix).
+
+        Diagnostic (tests, metrics); costs O(number of buffered data lines)."""
+        held = len(self._partial) + len(self._event) + sum(map(len, self._data))
+        return held + (len(self._bom) if self._bom else 0)
+
+    def feed(self, data: bytes) -> list[SSEEvent | Violation]:
+        """Consumes the next chunk of the response body and returns what it completed.
+
+        Returns the events dispatched and violations found, in stream order (often ``[]``).
+        Raises ``ValueError`` if called after :meth:`close`.
+        """
+        if self._closed:
+            raise ValueError("SSEDecoder.feed() called after close()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        out: list[SSEEvent | Violation] = []
+        if self._bom is not None:
+            # WHATWG §9.2.5: the stream is decoded with "UTF-8 decode", which strips exactly one
+            # leading BOM. Hold up to 2 bytes until we know whether they begin one; a later
+            # BOM is ordinary data (it becomes U+FEFF).
+            head = self._bom + data
+            if len(head) < len(_BOM) and _BOM.startswith(head):
+                self._bom = head
+                return out
+            self._bom = None
+            data = head[3:] if head.startswith(_BOM) else head
+        if data:
+            self._consume(data, out)
+        return out
+
+    def close(self) -> list[SSEEvent | Violation]:
+        """Signals end of stream; returns what the end completed. Idempotent (then ``[]``).
+
+        WHATWG discards an incomplete final event; here, if the block pending at the end has
+        data (an unterminated last line is parsed as a line first), it is returned as an
+        ``SSEEvent`` followed by ``Violation(kind="unterminated_final_event")``; a pending block
+        with no data yields only the violation; nothing pending yields ``[]``. A block being
+        skipped as oversize was already reported and yields nothing more.
+        """
+        if self._closed:
+            return []
+        self._closed = True
+        out: list[SSEEvent | Violation] = []
+        pending_bom, self._bom = self._bom, None
+        if pending_bom:
+            # A stream that ended inside what could have been a BOM: those bytes are content.
+            self._consume(pending_bom, out)
+        if self._cr == _CR_DEFER:
+            # The blank line's CR was the last byte of the stream: act on the blank line now.
+            self._cr = _CR_NONE
+            self._line(b"", 0, out)
+        self._cr = _CR_NONE
+        if self._skipping:
+            self._partial.clear()
+            return out
+        if self._partial:
+            # WHATWG would drop an unterminated line at EOF; we parse it for the record.
+            body = bytes(self._partial)
+            self._partial.clear()
+            self._line(body, len(body), out)
+        size = self._size
+        if self._data:
+            out.append(self._make_event())
+            out.append(
+                Violation(
+                    kind=ViolationKind.UNTERMINATED_FINAL_EVENT,
+                    seq=None,
+                    detail=f"stream ended before the blank line that dispatches the final event ({size} bytes)",
+                )
+            )
+        elif size:
+            out.append(
+                Violation(
+                    kind=ViolationKind.UNTERMINATED_FINAL_EVENT,
+                    seq=None,
+                    detail=f"stream ended inside an event block with no data ({size} bytes discarded)",
+                )
+            )
+        self._reset_block()
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _consume(self, data: bytes, out: list[SSEEvent | Violation]) -> None:
+        """Scans one non-empty chunk (BOM already handled)."""
+        cr = self._cr
+        if cr:
+            self._cr = _CR_NONE
+            if data[0] == _LF:
+                # WHATWG: CRLF is one line end, even when a chunk boundary falls inside it.
+                data = data[1:]
+                if cr != _CR_DROP:
+                    self._size += 1
+                    if self._size > self._max:
+                        self._oversize(out, line_complete=True, blank=cr == _CR_DEFER)
+                        cr = _CR_NONE
+            if cr == _CR_DEFER:
+                self._line(b"", 0, out)
+            if not data:
+                return
+        line = self._line
+        if b"\r" not in data:
+            # Fast path (the common case: LF-only streams): split once, no terminators to strip.
+            lines = data.split(b"\n")
+            tail = lines.pop()
+            if lines and self._partial:
+                lines[0] = bytes(self._partial) + lines[0]
+                self._partial.clear()
+            for body in lines:
+                line(body, len(body) + 1, out)
+        else:
+            # General path. bytes.splitlines splits on LF, CR and CRLF only -- exactly WHATWG's
+            # line ends (str.splitlines would also split on VT, FF, FS..RS, NEL, U+2028/9).
+            lines = data.splitlines(True)
+            last = lines[-1][-1]
+            tail = b"" if last == _LF or last == _CR else lines.pop()
+            if lines and self._partial:
+                lines[0] = bytes(self._partial) + lines[0]
+                self._partial.clear()
+            ends_with_cr = last == _CR
+            final = len(lines) - 1
+            for i, raw in enumerate(lines):
+                body = raw.rstrip(b"\r\n")
+                if ends_with_cr and i == final:
+                    self._line_before_lf(body, len(raw), out)
+                else:
+                    line(body, len(raw), out)
+        if tail:
+            if self._skipping:
+                self._skip_at_line_start = False  # mid-line while skipping: hold nothing
+            else:
+                self._partial += tail
+                if self._size + len(self._partial) > self._max:
+                    self._oversize(out, line_complete=False, blank=False)
+
+    def _line_before_lf(self, body: bytes, n: int, out: list[SSEEvent | Violation]) -> None:
+        """Handles a line whose CR terminator is the last byte fed so far (an LF may follow)."""
+        if self._skipping:
+            self._line(body, n, out)
+            self._cr = _CR_DROP
+        elif not body:
+            # A blank line: defer it until we know whether its line end is CR or CRLF, so
+            # that size_bytes counts the whole terminator whatever the chunking.
+            self._size += n
+            if self._size > self._max:
+                self._oversize(out, line_complete=True, blank=True)
+                self._cr = _CR_DROP
+            else:
+                self._cr = _CR_DEFER
+        else:
+            self._line(body, n, out)
+            self._cr = _CR_DROP if self._skipping else _CR_COUNT
+
+    def _line(self, body: bytes, n: int, out: list[SSEEvent | Violation]) -> None:
+        """Processes one complete line: ``body`` without its terminator, ``n`` its size on the
+        wire with the terminator (the size of a deferred blank line is already counted when
+        ``n`` is 0)."""
+        if self._skipping:
+            # Oversize recovery: only a blank line (a line end right at a line start) ends it.
+            if self._skip_at_line_start and not body:
+                self._skipping = False
+            self._skip_at_line_start = True
+            return
+        size = self._size + n
+        self._size = size
+        if size > self._max:
+            self._oversize(out, line_complete=True, blank=not body)
+            return
+        if not body:
+            # WHATWG: "If the line is empty (a blank line): Dispatch the event."
+            if self._data:
+                out.append(self._make_event())
+            # WHATWG: if the data buffer is empty, reset the data and event type buffers and
+            # return without dispatching. Either way the block's buffers start afresh.
+            self._reset_block()
+            return
+        if body[0] == _COLON:
+            # WHATWG: "If the line starts with a U+003A COLON character (:)": ignore the line.
+            return
+        colon = body.find(b":")
+        if colon < 0:
+            # WHATWG: no colon -> the whole line is the field name, the value is "".
+            name = body
+            value = b""
+        else:
+            # WHATWG: field name before the first colon; value after it, minus ONE leading
+            # U+0020 SPACE if present.
+            name = body[:colon]
+            value = body[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        # Decoding: field names are compared as bytes (all valid names are ASCII); values are
+        # UTF-8 decoded with replacement. Lines are split on bytes first, so a character split
+        # across chunks is whole by then, and no invalid sequence can span an ASCII separator.
+        if name == b"data":
+            # WHATWG: append the value and a LF to the data buffer (joined at dispatch).
+            self._data.append(value)
+        elif name == b"event":
+            # WHATWG: set the event type buffer to the value.
+            self._event = value
+        elif name == b"id":
+            # WHATWG: if the value contains U+0000 NULL, ignore the field; otherwise set the
+            # last event ID buffer (which persists across events) to the value.
+            if b"\x00" not in value:
+                self._last_id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            # WHATWG: if the value consists of only ASCII digits, set the reconnection time;
+            # otherwise ignore the field. (bytes.isdigit is ASCII-only and False for b"".)
+            if value.isdigit():
+                try:
+                    self._retry = int(value)
+                except ValueError:  # more digits than int() accepts (sys.int_info): ignore
+                    pass
+        # WHATWG: any other field name is ignored.
+
+    def _make_event(self) -> SSEEvent:
+        # WHATWG: data buffer = values each followed by LF, then one trailing LF removed,
+        # i.e. the values joined by LF.
+        data = self._data
+        text = data[0] if len(data) == 1 else b"\n".join(data)
+        return SSEEvent(
+            event=self._event.decode("utf-8", "replace") if self._event else "",
+            data=text.decode("utf-8", "replace"),
+            id=self._last_id,
+            retry=self._retry,
+            size_bytes=self._size,
+        )
+
+    def _reset_block(self) -> None:
+        self._data = []
+        self._event = b""
+        self._retry = None
+        self._size = 0
+
+    def _oversize(self, out: list[SSEEvent | Violation], *, line_complete: bool, blank: bool) -> None:
+        """Discards the current block (reported once) and, unless the line that overflowed was
+        the block's own blank line, skips input up to the next blank line."""
+        out.append(Violation(kind=ViolationKind.OVERSIZE_EVENT, seq=None, detail=f"event exceeded {self._max} bytes"))
+        self._reset_block()
+        self._partial.clear()
+        self._skipping = not blank
+        self._skip_at_line_start = line_complete
