@@ -23,7 +23,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mitmproxy import ctx, exceptions, http
@@ -43,12 +42,19 @@ METADATA_KEY = "llm_audit"
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(slots=True)
 class _FlowState:
-    dialect: Dialect
-    exchange: Exchange
-    observer: StreamObserver | None = None
-    violations: list[Violation] = field(default_factory=list)
+    """What the addon keeps per observed flow (in ``flow.metadata``) until ``response``/``error``.
+
+    A plain slotted class, not a dataclass: mitmproxy loads ``-s`` scripts without registering
+    them in ``sys.modules``, which ``dataclasses`` needs."""
+
+    __slots__ = ("dialect", "exchange", "observer", "violations")
+
+    def __init__(self, dialect: Dialect, exchange: Exchange) -> None:
+        self.dialect = dialect
+        self.exchange = exchange
+        self.observer: StreamObserver | None = None
+        self.violations: list[Violation] = []
 
 
 class StreamTap:

@@ -25,6 +25,7 @@ DbOpt = Annotated[
 
 
 def _logging() -> None:
+    """Log to stderr for the commands that have no mitmproxy termlog (``run`` logs through it)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
@@ -46,7 +47,6 @@ def run(
     from observer.store.migrate import upgrade
     from observer.token import resolve_token
 
-    _logging()
     settings = load_settings(
         db=db, proxy_port=proxy_port, api_port=api_port, confdir=confdir, data_dir=data_dir,
         proxy_host=proxy_host, api_host=api_host,

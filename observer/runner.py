@@ -56,7 +56,7 @@ async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Po
     opts = options.Options(listen_host=settings.proxy_host, listen_port=settings.proxy_port, confdir=str(confdir))
     master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     master.addons.add(LLMAudit())
-    opts.update(observer_db=settings.db, observer_migrate=False, flow_detail=0)
+    opts.update(observer_db=settings.db, observer_migrate=False)
     if settings.spool_path is not None:
         opts.update(observer_spool=str(settings.spool_path))
     if mitm_sets:

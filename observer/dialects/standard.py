@@ -30,6 +30,7 @@ from observer.wire.sse import SSEEvent
 MEDIA_TYPE = "application/llm-request+json"
 SUPPORTED_VERSION = "1.0"
 SEQ_SAFE_MAX = 2**53  # draft §8.4: beyond the JSON/JavaScript safe integer limit
+INT64_MAX = 2**63 - 1  # draft §8.4 "SHOULD use 64-bit integers"; the store's BIGINT columns
 BINARY_PART_TYPES = frozenset({"image", "document", "audio"})  # draft §4.3 content parts
 
 V = ViolationKind
@@ -177,7 +178,7 @@ class StandardAdapter:
     def _check_seq(self, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> int | None:
         seq = obj.get("seq")
         if not _is_int(seq) or seq < 0:
-            out.append(Violation(V.INVALID_EVENT, None, f"seq is not a non-negative integer: {seq!r}"))
+            out.append(Violation(V.INVALID_EVENT, None, f"seq is not a non-negative 64-bit integer: {seq!r}"))
             return None
         if seq > SEQ_SAFE_MAX and not self._exhausted:
             self._exhausted = True
@@ -203,7 +204,8 @@ class StandardAdapter:
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """A JSON integer that fits a signed 64-bit column (bigger ones are invalid, not stored)."""
+    return isinstance(v, int) and not isinstance(v, bool) and -INT64_MAX - 1 <= v <= INT64_MAX
 
 
 def _str(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], *, required: bool = True) -> str | None:

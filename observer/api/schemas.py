@@ -1,0 +1,137 @@
+"""Public response schemas of the query API (what OpenAPI documents).
+
+Separate from the table models (``observer.store.models``). ``ExchangeOut`` mirrors
+``observer.records.Exchange.to_dict()`` key for key; times are RFC 3339 UTC strings with
+microseconds exactly as ``observer.records.rfc3339`` writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_TIME = {"format": "date-time", "examples": ["2025-06-01T12:00:00.123456Z"]}
+
+
+class _Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(_Schema):
+    code: str = Field(description="Stable snake_case error code", examples=["not_found"])
+    message: str = Field(description="Human-readable explanation")
+
+
+class ErrorResponse(_Schema):
+    """The one error shape of the API (every 4xx and 5xx)."""
+
+    error: ErrorDetail
+
+
+class Health(_Schema):
+    status: str = Field(examples=["ok"])
+
+
+class UsageOut(_Schema):
+    input_tokens: int | None = Field(description="gen_ai.usage.input_tokens; null when not reported")
+    output_tokens: int | None = Field(description="gen_ai.usage.output_tokens; null when not reported")
+    reported: bool = Field(description="A usage event was seen")
+
+
+class ErrorInfoOut(_Schema):
+    code: str | None
+    message: str | None
+
+
+class BlockOut(_Schema):
+    index: int
+    type: str
+    text: str
+    stop_reason: str | None
+
+
+class ToolCallOut(_Schema):
+    index: int | None
+    id: str | None
+    name: str | None
+    arguments: str = Field(description="JSON-encoded arguments exactly as streamed")
+    declared: bool = Field(description="The name was among the request's declared tools (draft §8.2)")
+
+
+class ViolationOut(_Schema):
+    kind: str = Field(examples=["seq_gap"])
+    seq: int | None = Field(description="Stream seq concerned; may exceed 2^53 (draft §8.4)")
+    detail: str
+
+
+class RequestOut(_Schema):
+    version: str | None
+    stream: bool | None
+    model: str | None = Field(description="gen_ai.request.model")
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    parameters: dict[str, Any]
+    metadata: dict[str, Any]
+    extensions: list[str]
+    body_bytes: int
+
+
+class ExchangeSummary(_Schema):
+    """One item of ``GET /v1/exchanges``: the record without request, content and violations."""
+
+    id: str
+    dialect: str
+    host: str = Field(description="server.address")
+    path: str
+    method: str
+    status_code: int | None
+    started_at: str = Field(json_schema_extra=_TIME)
+    ended_at: str | None = Field(json_schema_extra=_TIME)
+    ttft_s: float | None = Field(description="Seconds from request start to first generated text")
+    request_id: str | None
+    request_model: str | None = Field(description="gen_ai.request.model")
+    model: str | None = Field(description="gen_ai.response.model")
+    usage: UsageOut
+    stop_reason: str | None
+    error: ErrorInfoOut | None
+    outcome: str = Field(examples=["completed"])
+    response_bytes: int
+    events: int
+
+
+class ExchangePage(_Schema):
+    items: list[ExchangeSummary]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
+
+
+class ExchangeOut(_Schema):
+    """The full audit record of one exchange (``observer.records.Exchange.to_dict()``)."""
+
+    id: str
+    dialect: str
+    host: str = Field(description="server.address")
+    path: str
+    method: str
+    http_version: str
+    status_code: int | None
+    started_at: str = Field(json_schema_extra=_TIME)
+    ended_at: str | None = Field(json_schema_extra=_TIME)
+    ttft_s: float | None
+    request_id: str | None
+    request: RequestOut
+    request_model: str | None = Field(description="gen_ai.request.model")
+    model: str | None = Field(description="gen_ai.response.model")
+    text: str = Field(description="All text blocks joined in index order")
+    blocks: list[BlockOut]
+    tool_calls: list[ToolCallOut]
+    usage: UsageOut
+    stop_reason: str | None
+    stop_reason_raw: str | None
+    error: ErrorInfoOut | None
+    outcome: str = Field(examples=["completed"])
+    violations: list[ViolationOut]
+    response_body: str | None
+    transport_error: str | None
+    response_bytes: int
+    events: int

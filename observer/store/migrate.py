@@ -1,0 +1,40 @@
+"""Schema migrations of the audit store, run programmatically (``observer db upgrade``).
+
+The Alembic scripts live in the repository's top-level ``migrations/`` folder, found relative to
+this file (the project is installed in editable mode), so the current directory does not matter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+from observer.errors import ConfigError
+
+#: ``<repo>/migrations`` (this file is ``<repo>/observer/store/migrate.py``).
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic ``Config`` for ``url`` without an ini file (so the application's logging
+    configuration is left alone). Raises ``ConfigError`` when the migrations are not found."""
+    if not (MIGRATIONS_DIR / "env.py").is_file():
+        raise ConfigError(f"migrations not found at {MIGRATIONS_DIR} (is the project installed in editable mode?)")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    # Passed as an attribute, not a main option: configparser would interpolate "%" in passwords.
+    config.attributes["url"] = url
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Brings the database at ``url`` to ``revision`` (``alembic upgrade head``)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Takes the database at ``url`` back to ``revision`` (``"base"`` drops every table)."""
+    command.downgrade(alembic_config(url), revision)

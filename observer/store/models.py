@@ -1,0 +1,190 @@
+"""SQLAlchemy 2 table models of the audit store (one row per ``Exchange`` plus child tables).
+
+These are storage models, not the API's response schemas (``observer.api.schemas``) nor the
+record type (``observer.records.Exchange``). Column comments give the OpenTelemetry GenAI /
+HTTP semantic-convention attribute a column corresponds to, where there is one.
+
+Times are stored in UTC (``UTCDateTime``): PostgreSQL keeps ``timestamptz``; SQLite keeps naive
+text, which ``UTCDateTime`` turns back into aware UTC datetimes on read.
+
+Wire-derived strings (model names, stop reasons, error text, hosts, paths) are ``Text``: a
+length cap would turn an unusual upstream value into a rejected audit record.
+
+Any change here needs a new Alembic revision in ``migrations/versions``; the drift test
+(``tests/unit/test_migrations.py``) fails otherwise.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: JSON everywhere; JSONB on PostgreSQL (indexable, e.g. ``request->'metadata'``). JSONB does
+#: not keep object key order, so a read-back dict compares equal but may list keys differently.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware-UTC ``DateTime``: binds require aware values (converted to UTC); results are
+    aware UTC even on SQLite, which stores naive text.
+
+    Raises ``ValueError`` on a naive datetime: a time without an offset is ambiguous evidence.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("naive datetime given to the audit store; times must be timezone-aware")
+        value = value.astimezone(timezone.utc)
+        # SQLite would store the offset-free text of the wall time; hand it a naive UTC value.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the constraint naming convention used by the migrations."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class ExchangeRow(Base):
+    """One observed exchange (``observer.records.Exchange``), its scalar facts denormalised."""
+
+    __tablename__ = "exchanges"
+    __table_args__ = (
+        # Keyset pagination orders by (started_at DESC, id DESC); an ascending index on both
+        # columns serves that order by a backward scan on PostgreSQL and SQLite alike.
+        Index("ix_exchanges_started_at_id", "started_at", "id"),
+        {"comment": "One row per observed LLM exchange (request + streamed response)."},
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, comment="Record id (UUID) assigned by the observer")
+    dialect: Mapped[str] = mapped_column(String(64), comment="Wire dialect that decoded the stream")
+    host: Mapped[str] = mapped_column(Text, index=True, comment="server.address")
+    path: Mapped[str] = mapped_column(Text, comment="url.path")
+    method: Mapped[str] = mapped_column(Text, comment="http.request.method")
+    http_version: Mapped[str] = mapped_column(Text, comment="network.protocol.version")
+    status_code: Mapped[int | None] = mapped_column(Integer, comment="http.response.status_code")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, comment="Request start (UTC)")
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, comment="Last byte or abort (UTC)")
+    ttft_s: Mapped[float | None] = mapped_column(
+        Double, comment="gen_ai.server.time_to_first_token (seconds from request start)"
+    )
+    request_id: Mapped[str | None] = mapped_column(Text, comment="Request id carried by the stream")
+    request_model: Mapped[str | None] = mapped_column(Text, comment="gen_ai.request.model")
+    model: Mapped[str | None] = mapped_column(Text, index=True, comment="gen_ai.response.model")
+    input_tokens: Mapped[int | None] = mapped_column(BigInteger, comment="gen_ai.usage.input_tokens")
+    output_tokens: Mapped[int | None] = mapped_column(BigInteger, comment="gen_ai.usage.output_tokens")
+    usage_reported: Mapped[bool] = mapped_column(Boolean, comment="A usage event was seen (counts may be null)")
+    text: Mapped[str] = mapped_column(Text, comment="All text blocks joined in index order")
+    stop_reason: Mapped[str | None] = mapped_column(Text, comment="gen_ai.response.finish_reasons (normalised)")
+    stop_reason_raw: Mapped[str | None] = mapped_column(Text, comment="Stop reason as the vendor sent it")
+    error_reported: Mapped[bool] = mapped_column(
+        Boolean, comment="The stream carried an error event (code/message may be null)"
+    )
+    error_code: Mapped[str | None] = mapped_column(Text, comment="error.type")
+    error_message: Mapped[str | None] = mapped_column(Text, comment="Error message carried by the stream")
+    outcome: Mapped[str] = mapped_column(String(32), index=True, comment="completed, error, client_aborted, ...")
+    response_body: Mapped[str | None] = mapped_column(Text, comment="Capped body of a non-2xx answer")
+    transport_error: Mapped[str | None] = mapped_column(Text, comment="Proxy error when the connection failed")
+    response_bytes: Mapped[int] = mapped_column(BigInteger, comment="Response body bytes seen on the wire")
+    events: Mapped[int] = mapped_column(BigInteger, comment="Canonical events decoded from the stream")
+    request: Mapped[dict[str, Any]] = mapped_column(JSONType, comment="Request facts (observer.records.RequestFacts)")
+    created_at: Mapped[datetime] = mapped_column(
+        UTCDateTime, server_default=func.now(), comment="Insert time on the database clock (UTC)"
+    )
+
+    blocks: Mapped[list[BlockRow]] = relationship(
+        order_by="BlockRow.position", cascade="all, delete-orphan", passive_deletes=True, lazy="raise"
+    )
+    tool_calls: Mapped[list[ToolCallRow]] = relationship(
+        order_by="ToolCallRow.position", cascade="all, delete-orphan", passive_deletes=True, lazy="raise"
+    )
+    violations: Mapped[list[ViolationRow]] = relationship(
+        order_by="ViolationRow.position", cascade="all, delete-orphan", passive_deletes=True, lazy="raise"
+    )
+
+
+class BlockRow(Base):
+    """One content block of a response (``observer.records.Block``)."""
+
+    __tablename__ = "exchange_blocks"
+    __table_args__ = {"comment": "Content blocks of a response, in record order."}
+
+    exchange_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, comment="Order within the record")
+    index: Mapped[int] = mapped_column(BigInteger, comment="Block index as on the wire")
+    type: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(Text)
+    stop_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class ToolCallRow(Base):
+    """One tool invocation requested by the model (``observer.records.ToolCall``)."""
+
+    __tablename__ = "exchange_tool_calls"
+    __table_args__ = {"comment": "Tool calls requested by the model, in record order."}
+
+    exchange_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, comment="Order within the record")
+    index: Mapped[int | None] = mapped_column(BigInteger, comment="Tool call index as on the wire")
+    call_id: Mapped[str | None] = mapped_column(Text, comment="gen_ai.tool.call.id")
+    name: Mapped[str | None] = mapped_column(Text, comment="gen_ai.tool.name")
+    arguments: Mapped[str] = mapped_column(Text, comment="gen_ai.tool.call.arguments, exactly as streamed")
+    declared: Mapped[bool] = mapped_column(Boolean, comment="Name was among the request's declared tools")
+
+
+class ViolationRow(Base):
+    """One protocol or lifecycle violation (``observer.records.Violation``)."""
+
+    __tablename__ = "exchange_violations"
+    __table_args__ = {"comment": "Protocol and lifecycle violations, in record order."}
+
+    exchange_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, comment="Order within the record")
+    kind: Mapped[str] = mapped_column(String(64), index=True, comment="observer.records.ViolationKind value")
+    seq: Mapped[int | None] = mapped_column(BigInteger, comment="Stream seq concerned (may exceed 2^53)")
+    detail: Mapped[str] = mapped_column(Text)

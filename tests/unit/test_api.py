@@ -1,0 +1,206 @@
+"""Query API: bearer auth, record and list endpoints, one error shape, OpenAPI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from observer.api import create_app
+from observer.errors import ConfigError
+from observer.records import Exchange, Usage, Violation
+from observer.store.store import AuditStore
+
+TOKEN = "s3cret-token-for-tests"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+T0 = datetime(2025, 6, 1, 9, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def records(make_exchange: Callable[..., Exchange]) -> list[Exchange]:
+    """Five records, one second apart; the newest has usage and a violation beyond 2^53."""
+    recs = [make_exchange(f"ex-{i}", T0 + timedelta(seconds=i)) for i in range(5)]
+    recs[4].usage = Usage(input_tokens=12, output_tokens=3, reported=True)
+    recs[4].violations = [Violation(kind="seq_exhausted", seq=2**53 + 1, detail="beyond 2^53")]
+    return recs
+
+
+@pytest.fixture
+def client(store: AuditStore, records: list[Exchange]) -> Iterator[TestClient]:
+    store.write_many(records)
+    with TestClient(create_app(store, TOKEN)) as test_client:
+        yield test_client
+
+
+def _error(response: Any) -> dict[str, str]:
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    return body["error"]
+
+
+def test_healthz_needs_no_token(client: TestClient) -> None:
+    """Supervisors probe /healthz without credentials."""
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": TOKEN},
+        {"Authorization": "Bearer "},
+        {"Authorization": "Bearer tökén".encode()},
+    ],
+    ids=["missing", "wrong", "longer", "basic-scheme", "no-scheme", "empty", "non-ascii"],
+)
+@pytest.mark.parametrize("path", ["/v1/exchanges", "/v1/exchanges/ex-1", "/v1/exchanges?limit=0"])
+def test_data_endpoints_need_the_token(client: TestClient, headers: dict[str, Any], path: str) -> None:
+    """401 with WWW-Authenticate: Bearer, before any validation (limit=0 is not reported)."""
+    response = client.get(path, headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert _error(response) == {"code": "unauthorized", "message": "missing or invalid bearer token"}
+
+
+def test_get_returns_the_record(client: TestClient, records: list[Exchange]) -> None:
+    """GET /v1/exchanges/{id} is the record's to_dict(), big integers exact."""
+    response = client.get("/v1/exchanges/ex-4", headers=AUTH)
+    assert response.status_code == 200
+    assert response.json() == records[4].to_dict()
+    assert list(response.json()) == list(records[4].to_dict())
+    assert '"seq":9007199254740993' in response.text.replace(" ", "")
+    assert response.json()["started_at"] == "2025-06-01T09:00:04.000000Z"
+
+
+def test_get_unknown_is_404(client: TestClient) -> None:
+    """A missing record has the error shape."""
+    response = client.get("/v1/exchanges/nope", headers=AUTH)
+    assert response.status_code == 404
+    assert _error(response) == {"code": "not_found", "message": "no exchange with id 'nope'"}
+
+
+def test_unknown_route_is_404_with_the_error_shape(client: TestClient) -> None:
+    """Even the router's own 404 uses the shape."""
+    response = client.get("/v2/nothing", headers=AUTH)
+    assert response.status_code == 404
+    assert _error(response)["code"] == "not_found"
+
+
+def test_method_not_allowed_has_the_error_shape(client: TestClient) -> None:
+    """405 too."""
+    response = client.post("/v1/exchanges", headers=AUTH)
+    assert response.status_code == 405
+    assert _error(response)["code"] == "method_not_allowed"
+
+
+def test_list_pages_through_everything(client: TestClient) -> None:
+    """limit=2 over five records: three pages, newest first, each once."""
+    seen: list[str] = []
+    url = "/v1/exchanges?limit=2"
+    pages = []
+    while True:
+        response = client.get(url, headers=AUTH)
+        assert response.status_code == 200
+        page = response.json()
+        pages.append(len(page["items"]))
+        seen.extend(item["id"] for item in page["items"])
+        if page["next_cursor"] is None:
+            break
+        url = f"/v1/exchanges?limit=2&cursor={page['next_cursor']}"
+    assert seen == ["ex-4", "ex-3", "ex-2", "ex-1", "ex-0"]
+    assert pages == [2, 2, 1]
+
+
+def test_list_default_page_and_item(client: TestClient) -> None:
+    """Default limit (50) returns all five; an item is the record summary."""
+    page = client.get("/v1/exchanges", headers=AUTH).json()
+    assert page["next_cursor"] is None
+    assert len(page["items"]) == 5
+    assert page["items"][0] == {
+        "id": "ex-4",
+        "dialect": "openai-chat",
+        "host": "api.openai.com",
+        "path": "/v1/chat/completions",
+        "method": "POST",
+        "status_code": 200,
+        "started_at": "2025-06-01T09:00:04.000000Z",
+        "ended_at": None,
+        "ttft_s": None,
+        "request_id": None,
+        "request_model": None,
+        "model": None,
+        "usage": {"input_tokens": 12, "output_tokens": 3, "reported": True},
+        "stop_reason": None,
+        "error": None,
+        "outcome": "completed",
+        "response_bytes": 0,
+        "events": 0,
+    }
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=501", "limit=ten", "cursor=" + "A" * 513])
+def test_invalid_query_is_422(client: TestClient, query: str) -> None:
+    """Validation errors use the shape, naming the parameter."""
+    response = client.get(f"/v1/exchanges?{query}", headers=AUTH)
+    assert response.status_code == 422
+    error = _error(response)
+    assert error["code"] == "validation_error"
+    assert error["message"].startswith("query." + query.split("=")[0])
+
+
+def test_bad_cursor_is_400(client: TestClient) -> None:
+    """A cursor the API did not issue."""
+    response = client.get("/v1/exchanges?cursor=bm90LWEtY3Vyc29y", headers=AUTH)
+    assert response.status_code == 400
+    assert _error(response) == {
+        "code": "invalid_cursor",
+        "message": "invalid cursor; pass a next_cursor from a previous page",
+    }
+
+
+def test_openapi_documents_the_endpoints(client: TestClient) -> None:
+    """/openapi.json and /docs are public and describe both data endpoints and their auth."""
+    spec = client.get("/openapi.json")
+    assert spec.status_code == 200
+    paths = spec.json()["paths"]
+    assert {"/v1/exchanges", "/v1/exchanges/{exchange_id}", "/healthz"} <= set(paths)
+    assert paths["/v1/exchanges/{exchange_id}"]["get"]["security"] == [{"bearer": []}]
+    assert "security" not in paths["/healthz"]["get"]
+    schemas = spec.json()["components"]["schemas"]
+    assert {"ExchangeOut", "ExchangePage", "ErrorResponse"} <= set(schemas)
+    assert "violations" in schemas["ExchangeOut"]["properties"]
+    assert client.get("/docs").status_code == 200
+
+
+class _DownStore:
+    def list(self, limit: int, cursor: str | None) -> Any:
+        raise sa.exc.OperationalError("SELECT", {}, ConnectionRefusedError("connection refused"))
+
+    def get(self, id: str) -> Any:  # noqa: A002
+        raise RuntimeError("bug")
+
+
+def test_store_down_is_503_and_bugs_are_500() -> None:
+    """Database errors and unexpected exceptions still answer with the error shape."""
+    with TestClient(create_app(_DownStore(), TOKEN), raise_server_exceptions=False) as client:  # type: ignore[arg-type]
+        down = client.get("/v1/exchanges", headers=AUTH)
+        assert down.status_code == 503
+        assert _error(down) == {"code": "store_unavailable", "message": "the audit store is unavailable"}
+        bug = client.get("/v1/exchanges/x", headers=AUTH)
+        assert bug.status_code == 500
+        assert _error(bug) == {"code": "internal_error", "message": "internal error"}
+
+
+def test_empty_token_is_refused() -> None:
+    """An API without a token would be open: refuse to build it."""
+    with pytest.raises(ConfigError):
+        create_app(object(), "")  # type: ignore[arg-type]
