@@ -59,6 +59,7 @@ class ViolationKind(enum.StrEnum):
     OVERSIZE_REQUEST = "oversize_request"
     OVERSIZE_STREAM = "oversize_stream"
     UNEXPECTED_CONTENT_TYPE = "unexpected_content_type"
+    UNSTORABLE_CHARACTER = "unstorable_character"
 
 
 @dataclass(slots=True, frozen=True)

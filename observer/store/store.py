@@ -36,6 +36,7 @@ from observer.records import (
     rfc3339,
 )
 from observer.store.models import BlockRow, ExchangeRow, ToolCallRow, ViolationRow
+from observer.store.portable import make_portable
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class AuditStore:
         value it cannot store), ``OverflowError``/``UnicodeEncodeError`` when the driver cannot
         encode one (SQLite integer beyond 64 bits, lone surrogate).
         """
-        exchanges, children = _rows_from_records(records)
+        exchanges, children = _rows_from_records([make_portable(r) for r in records])
         if not exchanges:
             return
         ids = [r["id"] for r in exchanges]

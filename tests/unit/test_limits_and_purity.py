@@ -80,3 +80,16 @@ def test_core_is_sans_io():
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+def test_integers_beyond_64_bits_are_invalid_not_stored():
+    """seq and token counts must fit the store's BIGINT: 2^63 is an invalid event, not a value."""
+    body = (
+        START
+        + b'event: usage\ndata: {"v":"1.0","seq":1,"type":"usage","input_tokens":9223372036854775808,"output_tokens":3}\n\n'
+        + b'event: stream.end\ndata: {"v":"1.0","seq":9223372036854775808,"type":"stream.end"}\n\n'
+    )
+    rec = observe("llm-stream-1.0", REQ, [body])
+    assert rec["usage"] == {"input_tokens": None, "output_tokens": 3, "reported": True}
+    assert [(v["kind"], v["seq"]) for v in rec["violations"]] == [("invalid_event", 1), ("invalid_event", None)]
+    assert rec["outcome"] == "completed"

@@ -382,3 +382,23 @@ def test_ping_fails_when_unreachable(tmp_path: Path) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}")
     with pytest.raises(sa.exc.OperationalError):
         store.ping()
+
+
+def test_nul_characters_are_stored_as_replacement_with_a_violation(store: AuditStore) -> None:
+    """U+0000 (legal in JSON strings, refused by PostgreSQL text/jsonb) must not get a record
+    refused: it is stored as U+FFFD on every backend, and the record says where."""
+    rec = unreported_usage_record()
+    rec.blocks[0].text = "a\x00b"
+    rec.request.metadata = {"user\x00": "x\x00y"}
+    store.write_many([rec])
+    got = store.get(rec.id)
+    assert got is not None
+    assert got["text"] == "a\ufffdb"
+    assert got["request"]["metadata"] == {"user\ufffd": "x\ufffdy"}
+    assert got["violations"][-1] == {
+        "kind": "unstorable_character",
+        "seq": None,
+        "detail": "U+0000 replaced by U+FFFD in: blocks.text, request.metadata",
+    }
+    store.write_many([rec])  # a retry of the same object adds nothing
+    assert store.get(rec.id)["violations"] == got["violations"]

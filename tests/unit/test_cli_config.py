@@ -1,0 +1,89 @@
+"""The ``observer`` command and its settings: sources in order (CLI > env > observer.toml >
+default), every setting documented, the generated API token kept and shown once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect
+from typer.testing import CliRunner
+
+from observer.cli import app
+from observer.config import Settings, load_settings
+from observer.token import resolve_token
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for name in list(__import__("os").environ):
+        if name.startswith("OBSERVER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_every_setting_is_documented():
+    for name, field in Settings.model_fields.items():
+        assert field.description, f"setting {name} has no description"
+
+
+def test_default_db():
+    assert load_settings().db == "sqlite:///observer.db"
+
+
+def test_sources_in_order(monkeypatch, tmp_path):
+    (tmp_path / "observer.toml").write_text('db = "sqlite:///from-toml.db"\napi_port = 9001\n')
+    assert load_settings().db == "sqlite:///from-toml.db"
+    monkeypatch.setenv("OBSERVER_DB", "sqlite:///from-env.db")
+    assert load_settings().db == "sqlite:///from-env.db"
+    assert load_settings().api_port == 9001
+    assert load_settings(db="sqlite:///from-cli.db").db == "sqlite:///from-cli.db"
+
+
+def test_config_file_from_env(monkeypatch, tmp_path):
+    other = tmp_path / "elsewhere.toml"
+    other.write_text('proxy_port = 3128\n')
+    monkeypatch.setenv("OBSERVER_CONFIG", str(other))
+    assert load_settings().proxy_port == 3128
+
+
+def test_unknown_setting_in_file_is_an_error(tmp_path):
+    (tmp_path / "observer.toml").write_text('dbb = "typo"\n')
+    with pytest.raises(Exception, match="dbb"):
+        load_settings()
+
+
+def test_token_generated_once_then_reused(tmp_path):
+    shown: list[str] = []
+    s = load_settings(data_dir=tmp_path / "data")
+    token = resolve_token(s, announce=shown.append)
+    assert len(token) >= 43 and len(shown) == 1 and token in shown[0]
+    assert (tmp_path / "data" / "api-token").stat().st_mode & 0o777 == 0o600
+    assert resolve_token(s, announce=shown.append) == token
+    assert len(shown) == 1  # printed once only
+
+
+def test_token_from_env_wins(monkeypatch, tmp_path):
+    monkeypatch.setenv("OBSERVER_API_TOKEN", "t0ken")
+    assert resolve_token(load_settings(data_dir=tmp_path), announce=pytest.fail) == "t0ken"
+    assert not (tmp_path / "api-token").exists()
+
+
+def test_db_upgrade_command(tmp_path):
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+    assert result.exit_code == 0, result.output
+    tables = set(inspect(create_engine(url)).get_table_names())
+    assert {"exchanges", "exchange_blocks", "exchange_tool_calls", "exchange_violations"} <= tables
+
+
+def test_db_upgrade_uses_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("OBSERVER_DB", f"sqlite:///{tmp_path / 'env.db'}")
+    assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0
+    assert (tmp_path / "env.db").exists()
+
+
+def test_help_lists_commands():
+    out = CliRunner().invoke(app, ["--help"]).output
+    for cmd in ("run", "api", "db"):
+        assert cmd in out
