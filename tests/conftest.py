@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -40,12 +41,9 @@ def _pg_admin_engine() -> sa.Engine:
     return engine
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database (no tables) as a SQLAlchemy URL string."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'audit.db'}"
-        return
+@contextmanager
+def _pg_schema_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema (selected through ``search_path``), dropped afterwards."""
     admin = _pg_admin_engine()
     schema = f"test_{uuid.uuid4().hex[:16]}"
     with admin.begin() as conn:
@@ -58,6 +56,24 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             conn.execute(sa.text("SET LOCAL lock_timeout = '10s'"))
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database (no tables) as a SQLAlchemy URL string."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'audit.db'}"
+        return
+    with _pg_schema_url() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_migrated_url() -> Iterator[str]:
+    """A PostgreSQL schema brought to the latest migration."""
+    with _pg_schema_url() as url:
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture
