@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.connection import ConnectionState
 
 from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DialectRegistry, default_registry
@@ -78,13 +79,16 @@ class StreamTap:
         return data
 
 
-def end_cause_from_error(message: str) -> EndCause:
+def end_cause_from_error(message: str, *, client_closed: bool = False, server_closed: bool = False) -> EndCause:
     """Classifies mitmproxy's free-text ``flow.error.msg`` (shared reference §2.4): client
-    disconnects and client RST_STREAM(CANCEL) are client aborts; everything else (upstream
-    resets, incomplete bodies, ``peer closed connection``) counts as an upstream failure.
-    Best effort: the raw message is always recorded too."""
+    disconnects and client RST_STREAM(CANCEL) are client aborts. ``peer closed connection``
+    (HTTP/2) is said for either side, so the connection states decide it: only the client's
+    connection closed means the client went away. Everything else (upstream resets, incomplete
+    bodies) is an upstream failure. Best effort: the raw message is always recorded too."""
     m = message.lower()
     if m.startswith("client disconnected") or "(cancel)" in m:
+        return EndCause.CLIENT_ABORTED
+    if m.startswith("peer closed connection") and client_closed and not server_closed:
         return EndCause.CLIENT_ABORTED
     return EndCause.UPSTREAM_FAILED
 
@@ -252,7 +256,11 @@ class LLMAudit:
             return
         now = time.time()
         message = flow.error.msg if flow.error else "unknown error"
-        end = end_cause_from_error(message)
+        end = end_cause_from_error(
+            message,
+            client_closed=flow.client_conn.state is ConnectionState.CLOSED,
+            server_closed=flow.server_conn.state is ConnectionState.CLOSED,
+        )
         try:
             if state.observer is None:
                 record = request_only_record(state.exchange, end, now_s=now, transport_error=message)

@@ -242,14 +242,17 @@ def test_oversize_request_by_content_length_streams_request():
 
 
 @pytest.mark.parametrize(
-    ("msg", "cause"),
+    ("msg", "client_closed", "server_closed", "cause"),
     [
-        ("Client disconnected.", EndCause.CLIENT_ABORTED),
-        ("stream reset by client (CANCEL)", EndCause.CLIENT_ABORTED),
-        ("stream reset by client (INTERNAL_ERROR)", EndCause.UPSTREAM_FAILED),
-        ("peer closed connection", EndCause.UPSTREAM_FAILED),
+        ("Client disconnected.", True, True, EndCause.CLIENT_ABORTED),
+        ("stream reset by client (CANCEL)", False, False, EndCause.CLIENT_ABORTED),
+        ("stream reset by client (INTERNAL_ERROR)", False, False, EndCause.UPSTREAM_FAILED),
+        ("peer closed connection", False, True, EndCause.UPSTREAM_FAILED),
+        ("peer closed connection", True, False, EndCause.CLIENT_ABORTED),  # h2 client closed its TCP connection
+        ("peer closed connection", False, False, EndCause.UPSTREAM_FAILED),
     ],
 )
-def test_end_cause_from_error(msg, cause):
-    """mitmproxy's free-text error messages (shared reference §2.4) classified by prefix."""
-    assert end_cause_from_error(msg) is cause
+def test_end_cause_from_error(msg, client_closed, server_closed, cause):
+    """mitmproxy's free-text error messages (shared reference §2.4) classified by prefix, and
+    HTTP/2's ambiguous "peer closed connection" by which connection closed."""
+    assert end_cause_from_error(msg, client_closed=client_closed, server_closed=server_closed) is cause
