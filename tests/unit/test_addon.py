@@ -45,12 +45,17 @@ def respond(f: http.HTTPFlow, status: int = 200, content_type: str = "text/event
     f.response.stream = False
 
 
-def run_stream(addon: LLMAudit, f: http.HTTPFlow, chunks: list[bytes], status: int = 200) -> list[bytes]:
+def open_stream(addon: LLMAudit, f: http.HTTPFlow, status: int = 200, content_type: str = "text/event-stream"):
+    """Drives the hooks up to the installed stream callable and returns it."""
     addon.requestheaders(f)
     addon.request(f)
-    respond(f, status)
+    respond(f, status, content_type)
     addon.responseheaders(f)
-    tap = f.response.stream
+    return f.response.stream
+
+
+def run_stream(addon: LLMAudit, f: http.HTTPFlow, chunks: list[bytes], status: int = 200) -> list[bytes]:
+    tap = open_stream(addon, f, status)
     out = []
     for c in chunks:
         r = tap(c)
@@ -114,11 +119,7 @@ def test_exception_in_core_fails_open(monkeypatch):
     addon = LLMAudit(sink=sink)
     with taddons.context(addon):
         f = llm_flow()
-        addon.requestheaders(f)
-        addon.request(f)
-        respond(f)
-        addon.responseheaders(f)
-        tap: StreamTap = f.response.stream
+        tap: StreamTap = open_stream(addon, f)
         obs = f.metadata[METADATA_KEY].observer
 
         def boom(*a, **k):
@@ -140,11 +141,7 @@ def test_client_abort_records_partial_text():
     with taddons.context(addon):
         f = llm_flow()
         cut = BODY.index(b"event: content.delta", BODY.index(b'" weather"'))
-        addon.requestheaders(f)
-        addon.request(f)
-        respond(f)
-        addon.responseheaders(f)
-        f.response.stream(BODY[:cut])
+        open_stream(addon, f)(BODY[:cut])
         f.error = Error("Client disconnected.")
         addon.error(f)
     (rec,) = sink.records
@@ -159,11 +156,7 @@ def test_upstream_failure_is_truncated():
     addon = LLMAudit(sink=sink)
     with taddons.context(addon):
         f = llm_flow()
-        addon.requestheaders(f)
-        addon.request(f)
-        respond(f)
-        addon.responseheaders(f)
-        f.response.stream(BODY[:400])
+        open_stream(addon, f)(BODY[:400])
         f.error = Error(
             "HTTP/1 protocol error: peer closed connection without sending complete message body "
             "(incomplete chunked read)"
@@ -195,11 +188,7 @@ def test_http_error_keeps_body():
     with taddons.context(addon):
         f = llm_flow()
         body = b'{"error":{"code":"rate_limited","message":"slow down"}}'
-        addon.requestheaders(f)
-        addon.request(f)
-        f.response = http.Response.make(429, b"", {"content-type": "application/json"})
-        addon.responseheaders(f)
-        f.response.stream(body)
+        open_stream(addon, f, 429, "application/json")(body)
         addon.response(f)
     (rec,) = sink.records
     assert rec.outcome == "http_error"
