@@ -72,7 +72,7 @@ class Upstream:
         self.http_port = self.https_port = 0
         self.ca_cert = ""
 
-    def start(self, timeout: float = 20.0) -> "Upstream":
+    def start(self, timeout: float = 20.0) -> Upstream:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "e2e" / "upstream.py"), "--port", "0", "--tls-port", "0", "--exit-on-stdin-eof"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,7 +20,7 @@ db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 DbOpt = Annotated[
-    Optional[str], typer.Option("--db", help="SQLAlchemy URL of the audit store [env OBSERVER_DB; default sqlite:///observer.db].")
+    str | None, typer.Option("--db", help="SQLAlchemy URL of the audit store (env OBSERVER_DB; default sqlite:///observer.db).")
 ]
 
 
@@ -31,15 +31,15 @@ def _logging() -> None:
 
 @app.command()
 def run(
-    proxy_port: Annotated[Optional[int], typer.Option(help="Forward proxy port [default 8080].")] = None,
-    api_port: Annotated[Optional[int], typer.Option(help="Query API port [default 8081].")] = None,
+    proxy_port: Annotated[int | None, typer.Option(help="Forward proxy port (default 8080).")] = None,
+    api_port: Annotated[int | None, typer.Option(help="Query API port (default 8081).")] = None,
     db: DbOpt = None,
-    confdir: Annotated[Optional[Path], typer.Option(help="mitmproxy confdir holding the CA [default DATA_DIR/mitmproxy].")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="Folder for the API token and CA [default .observer].")] = None,
-    proxy_host: Annotated[Optional[str], typer.Option(help="Proxy bind address [default 127.0.0.1].")] = None,
-    api_host: Annotated[Optional[str], typer.Option(help="API bind address [default 127.0.0.1].")] = None,
+    confdir: Annotated[Path | None, typer.Option(help="mitmproxy confdir holding the CA (default DATA_DIR/mitmproxy).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Folder for the API token and CA (default .observer).")] = None,
+    proxy_host: Annotated[str | None, typer.Option(help="Proxy bind address (default 127.0.0.1).")] = None,
+    api_host: Annotated[str | None, typer.Option(help="API bind address (default 127.0.0.1).")] = None,
     set_: Annotated[
-        Optional[list[str]], typer.Option("--set", help="Extra mitmproxy option NAME=VALUE (repeatable).")
+        list[str] | None, typer.Option("--set", help="Extra mitmproxy option NAME=VALUE (repeatable).")
     ] = None,
 ) -> None:
     """Run the forward proxy with the audit addon and the query API, until Ctrl-C."""
@@ -69,8 +69,8 @@ def run(
 
 @app.command()
 def api(
-    host: Annotated[Optional[str], typer.Option(help="Bind address [default 127.0.0.1].")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port [default 8081].")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8081).")] = None,
     db: DbOpt = None,
 ) -> None:
     """Serve the query API only (token from env OBSERVER_API_TOKEN or the data folder)."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 

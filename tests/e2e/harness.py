@@ -30,7 +30,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -122,7 +123,7 @@ class ManagedProcess:
     def ready(self) -> bool:
         raise NotImplementedError
 
-    def start(self, timeout: float = 30.0) -> "ManagedProcess":
+    def start(self, timeout: float = 30.0) -> ManagedProcess:
         self.argv = self.build_argv()
         log = open(self.log_path, "ab")
         try:
@@ -193,7 +194,7 @@ class ManagedProcess:
             self._own_tmp.cleanup()
             self._own_tmp = None
 
-    def __enter__(self) -> "ManagedProcess":
+    def __enter__(self) -> ManagedProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -291,7 +292,7 @@ class ObserverProcess(ManagedProcess):
         r = httpx.get(f"{self.api_url}/healthz", timeout=1.0, trust_env=False)
         return r.status_code == 200
 
-    def api(self, token: str | None = None) -> "ApiClient":
+    def api(self, token: str | None = None) -> ApiClient:
         return ApiClient(self.api_url, self.token if token is None else token)
 
 
@@ -439,7 +440,7 @@ def h2_request_then_cancel(url: str, *, proxy: str, ca_path: str, content: bytes
             tls.settimeout(max(0.01, deadline - time.monotonic()))
             try:
                 data = tls.recv(65536)
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 return []
             if not data:
                 raise ConnectionError("proxy closed the connection")

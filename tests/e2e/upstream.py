@@ -318,7 +318,7 @@ class _H1Writer:
 
 
 class _H2Stream:
-    def __init__(self, proto: "_H2Protocol", stream_id: int):
+    def __init__(self, proto: _H2Protocol, stream_id: int):
         self.proto = proto
         self.sid = stream_id
         self.reset = False
@@ -377,7 +377,7 @@ class _H2Stream:
 
 
 class _H2Protocol:
-    def __init__(self, server: "UpstreamServer", reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, server: UpstreamServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.server = server
         self.reader = reader
         self.writer = writer
@@ -512,10 +512,10 @@ class UpstreamServer:
         for s in self._servers:
             try:
                 await asyncio.wait_for(s.wait_closed(), 2)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 pass
 
-    def start(self, timeout: float = 10.0) -> "UpstreamServer":
+    def start(self, timeout: float = 10.0) -> UpstreamServer:
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -551,7 +551,7 @@ class UpstreamServer:
             self._tmp.cleanup()
             self._tmp = None
 
-    def __enter__(self) -> "UpstreamServer":
+    def __enter__(self) -> UpstreamServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
