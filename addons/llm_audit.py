@@ -23,6 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 from mitmproxy import ctx, exceptions, http
@@ -40,7 +41,6 @@ log = logging.getLogger("observer.addon")
 
 Sink = Callable[[Exchange], bool]
 METADATA_KEY = "llm_audit"
-DEFAULT_LIMITS = Limits()
 
 
 class _FlowState:
@@ -115,24 +115,17 @@ class LLMAudit:
         )
         loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
         loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
-        loader.add_option("observer_max_event_bytes", int, DEFAULT_LIMITS.max_event_bytes, "Cap of one SSE event (bytes).")
-        loader.add_option(
-            "observer_max_stream_text_chars", int, DEFAULT_LIMITS.max_stream_text_chars, "Text kept per stream (chars)."
-        )
-        loader.add_option(
-            "observer_max_request_bytes", int, DEFAULT_LIMITS.max_request_bytes, "Request body parsed for the record (bytes)."
-        )
-        loader.add_option(
-            "observer_max_body_bytes", int, DEFAULT_LIMITS.max_body_bytes, "Error/non-SSE body kept verbatim (bytes)."
-        )
+        for f in fields(Limits):
+            loader.add_option(f"observer_{f.name}", int, f.default, f.metadata["help"])
 
     def configure(self, updated: set[str]) -> None:
-        names = ("max_event_bytes", "max_stream_text_chars", "max_request_bytes", "max_body_bytes")
-        if any(f"observer_{n}" in updated for n in names) or "observer_queue_max" in updated:
-            values = {n: getattr(ctx.options, f"observer_{n}") for n in names}
-            for n, v in [*values.items(), ("queue_max", ctx.options.observer_queue_max)]:
+        names = [f.name for f in fields(Limits)]
+        if "observer_queue_max" in updated or any(f"observer_{n}" in updated for n in names):
+            values = {n: getattr(ctx.options, f"observer_{n}") for n in [*names, "queue_max"]}
+            for n, v in values.items():
                 if v <= 0:
                     raise exceptions.OptionsError(f"observer_{n} must be a positive integer, got {v}")
+            values.pop("queue_max")
             self._limits = Limits(**values)
         if "observer_db" in updated and not ctx.options.observer_db.strip():
             raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,9 +13,23 @@ class Limits:
     - ``max_stream_text_chars``: generated text + tool arguments kept per stream (``oversize_stream``).
     - ``max_request_bytes``: request body parsed for the record (``oversize_request``).
     - ``max_body_bytes``: body kept verbatim for non-2xx / non-SSE answers (``response_body``).
+    - ``max_violations``, ``max_tool_calls``, ``max_blocks``: items kept per record; beyond
+      them items are counted in one ``oversize_record`` violation (a hostile stream of millions
+      of bad events must not make a multi-GB record).
+    - ``max_decode_ratio``: decoded bytes per Content-Encoded byte (plus 1 MiB) before decoding
+      stops with ``content_decoding_error`` (decompression bombs on the proxy loop).
     """
 
-    max_event_bytes: int = 1 << 20
-    max_stream_text_chars: int = 8 << 20
-    max_request_bytes: int = 16 << 20
-    max_body_bytes: int = 64 << 10
+    max_event_bytes: int = field(default=1 << 20, metadata={"help": "Cap of one SSE event (bytes)."})
+    max_stream_text_chars: int = field(default=8 << 20, metadata={"help": "Text kept per stream (chars)."})
+    max_request_bytes: int = field(default=16 << 20, metadata={"help": "Request body parsed for the record (bytes)."})
+    max_body_bytes: int = field(default=64 << 10, metadata={"help": "Error/non-SSE body kept verbatim (bytes)."})
+    max_violations: int = field(default=1000, metadata={"help": "Violations kept per record (count)."})
+    max_tool_calls: int = field(default=1000, metadata={"help": "Tool calls kept per record (count)."})
+    max_blocks: int = field(default=1000, metadata={"help": "Content blocks kept per record (count)."})
+    max_decode_ratio: int = field(
+        default=200, metadata={"help": "Decoded bytes per Content-Encoded byte before decoding stops (ratio)."}
+    )
+
+
+DEFAULT_LIMITS = Limits()

@@ -16,6 +16,7 @@ dialect adapter's job.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 
 from observer.events import (
@@ -28,6 +29,7 @@ from observer.events import (
     ToolCallEvent,
     UsageEvent,
 )
+from observer.limits import DEFAULT_LIMITS, Limits
 from observer.records import Block, ErrorInfo, Exchange, Outcome, RequestFacts, ToolCall, Usage, Violation, ViolationKind
 
 
@@ -37,6 +39,7 @@ class EndCause(enum.StrEnum):
     EOF = "eof"  # the upstream finished the body cleanly (mitmproxy ``response`` hook)
     CLIENT_ABORTED = "client_aborted"  # the client went away (mitmproxy ``error``: client side)
     UPSTREAM_FAILED = "upstream_failed"  # the upstream connection broke or reset mid-body
+    SHUTDOWN = "shutdown"  # the observer stopped while the stream was still open
 
 
 @dataclass(slots=True)
@@ -50,17 +53,22 @@ class _BlockState:
 class Reassembler:
     """Accumulates one response stream.
 
-    ``max_text_chars`` caps the generated text kept per stream (characters, all blocks and tool
-    arguments together); beyond it text is dropped and one ``oversize_stream`` violation is
-    recorded, so memory per stream stays bounded.
+    Memory per stream is bounded by ``limits`` (``observer.limits.Limits``): generated text
+    (``max_stream_text_chars``, all blocks and tool arguments together; beyond it text is
+    dropped and one ``oversize_stream`` violation recorded), and the number of violations,
+    tool calls and content blocks kept (``max_violations``, ``max_tool_calls``, ``max_blocks``;
+    beyond them items are counted, not kept, and one ``oversize_record`` violation at the end
+    says how many of each were dropped).
     """
 
-    def __init__(self, request: RequestFacts, *, max_text_chars: int = 8 << 20) -> None:
+    def __init__(self, request: RequestFacts, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self._request = request
         self._declared = request.tool_names
         self._request_meta_id = _str_or_none(request.metadata.get("request_id")) if request.metadata else None
-        self._max_text_chars = max_text_chars
+        self._limits = limits
+        self._max_text_chars = limits.max_stream_text_chars
         self._text_chars = 0
+        self._dropped: Counter[str] = Counter()
         self._blocks: dict[int, _BlockState] = {}
         self._tool_calls: list[ToolCall] = []
         self._usage = Usage()
@@ -83,12 +91,15 @@ class Reassembler:
 
     def violation(self, v: Violation) -> None:
         """Records a violation found by a lower layer (wire decoder, dialect adapter, tap)."""
-        self._violations.append(v)
+        if len(self._violations) < self._limits.max_violations:
+            self._violations.append(v)
+        else:
+            self._dropped[f"violation {v.kind}"] += 1
 
     def apply(self, ev: CanonicalEvent, now_s: float) -> None:
         """Applies one canonical event observed at ``now_s`` (epoch seconds)."""
         if self._ended:
-            self._violations.append(
+            self.violation(
                 Violation(ViolationKind.EVENT_AFTER_END, ev.seq, f"{_type_name(ev)} after stream.end (ignored)")
             )
             return
@@ -103,7 +114,8 @@ class Reassembler:
                 self._check_request_id(ev.request_id, ev.seq, "stream.start")
             case ContentStop():
                 block = self._block(ev.index, "text")
-                block.stop_reason = ev.stop_reason
+                if block is not None:
+                    block.stop_reason = ev.stop_reason
                 self._stop_reason = ev.stop_reason
                 self._stop_reason_raw = ev.stop_reason_raw
             case ToolCallEvent():
@@ -126,6 +138,8 @@ class Reassembler:
         block = self._block(ev.index, ev.block_type)
         if ev.text and self._first_text_s is None:
             self._first_text_s = now_s
+        if block is None:
+            return
         text = self._take(ev.text)
         if text:
             block.parts.append(text)
@@ -133,10 +147,13 @@ class Reassembler:
     def _on_tool_call(self, ev: ToolCallEvent) -> None:
         declared = ev.name is not None and ev.name in self._declared
         if not declared:
-            self._violations.append(
+            self.violation(
                 Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, f"tool {ev.name!r} was not declared in the request")
             )
-        self._tool_calls.append(ToolCall(ev.index, ev.id, ev.name, self._take(ev.arguments), declared))
+        if len(self._tool_calls) < self._limits.max_tool_calls:
+            self._tool_calls.append(ToolCall(ev.index, ev.id, ev.name, self._take(ev.arguments), declared))
+        else:
+            self._dropped["tool call"] += 1
 
     def _take(self, text: str) -> str:
         """Returns the part of ``text`` that fits under the per-stream cap."""
@@ -144,16 +161,20 @@ class Reassembler:
         if len(text) > room:
             if not self._oversize:
                 self._oversize = True
-                self._violations.append(
+                self.violation(
                     Violation(ViolationKind.OVERSIZE_STREAM, None, f"text beyond {self._max_text_chars} chars dropped")
                 )
             text = text[: max(room, 0)]
         self._text_chars += len(text)
         return text
 
-    def _block(self, index: int, block_type: str) -> _BlockState:
+    def _block(self, index: int, block_type: str) -> _BlockState | None:
+        """The block ``index``, created on first use; ``None`` (counted) beyond ``max_blocks``."""
         block = self._blocks.get(index)
         if block is None:
+            if len(self._blocks) >= self._limits.max_blocks:
+                self._dropped["content block event"] += 1
+                return None
             block = self._blocks[index] = _BlockState(index, block_type)
         return block
 
@@ -164,22 +185,29 @@ class Reassembler:
             self._request_id = rid
         expected = self._request_meta_id if self._request_meta_id is not None else self._request_id
         if rid != expected:
-            self._violations.append(
+            self.violation(
                 Violation(ViolationKind.REQUEST_ID_MISMATCH, seq, f"{where} request_id {rid!r} != {expected!r}")
             )
 
-    def finish(self, exchange: Exchange, end: EndCause, *, request_start_s: float | None) -> Exchange:
+    def finish(
+        self, exchange: Exchange, end: EndCause, *, request_start_s: float | None, readable: bool = True
+    ) -> Exchange:
         """Writes the reassembled response into ``exchange`` and decides its outcome.
 
-        Outcome (skeleton issue §5): ``error`` if an error event arrived; else ``completed`` if
-        ``stream.end`` was seen; else ``client_aborted`` or ``truncated`` by ``end``. A stream
-        that stopped without ``stream.end`` also gets a ``missing_stream_end`` violation.
-        ``http_error`` is decided by the caller, which never feeds a non-2xx body here.
+        ``readable`` is false when the caller could not read the stream (undecodable content,
+        not an event stream, observer failure): then a missing ``stream.end`` is not the
+        upstream's fault and is not flagged. Outcome: ``error`` if an error event arrived; else
+        ``completed`` if ``stream.end`` was seen; else by ``end``: ``client_aborted``,
+        ``interrupted`` (observer shutdown), ``unreadable`` (clean end of a stream we could not
+        read) or ``truncated``. ``http_error`` is decided by the caller, which never feeds a
+        non-2xx body here.
         """
         exchange.model = self._model
         exchange.request_id = self._request_id if self._request_id is not None else self._request_meta_id
+        tool_indexes = {t.index for t in self._tool_calls}
         exchange.blocks = [
-            Block(b.index, b.type, "".join(b.parts), b.stop_reason) for b in sorted(self._blocks.values(), key=_index)
+            Block(b.index, _block_type(b, tool_indexes), "".join(b.parts), b.stop_reason)
+            for b in sorted(self._blocks.values(), key=_index)
         ]
         exchange.tool_calls = list(self._tool_calls)
         exchange.usage = self._usage
@@ -189,23 +217,43 @@ class Reassembler:
         exchange.events = self._events
         if self._first_text_s is not None and request_start_s is not None:
             exchange.ttft_s = max(0.0, self._first_text_s - request_start_s)
-        if not self._ended:
-            detail = {
-                EndCause.EOF: "upstream closed the stream before stream.end",
-                EndCause.CLIENT_ABORTED: "client aborted before stream.end",
-                EndCause.UPSTREAM_FAILED: "upstream connection failed before stream.end",
-            }[end]
-            self._violations.append(Violation(ViolationKind.MISSING_STREAM_END, None, detail))
+        if not self._ended and readable:
+            self.violation(Violation(ViolationKind.MISSING_STREAM_END, None, _MISSING_END_DETAIL[end]))
         exchange.violations.extend(self._violations)
+        if self._dropped:
+            counts = ", ".join(f"{n} {what}" for what, n in sorted(self._dropped.items()))
+            exchange.violations.append(
+                Violation(ViolationKind.OVERSIZE_RECORD, None, f"dropped beyond the per-record caps: {counts}")
+            )
         if self._error is not None:
             exchange.outcome = Outcome.ERROR
         elif self._ended:
             exchange.outcome = Outcome.COMPLETED
         elif end is EndCause.CLIENT_ABORTED:
             exchange.outcome = Outcome.CLIENT_ABORTED
+        elif end is EndCause.SHUTDOWN:
+            exchange.outcome = Outcome.INTERRUPTED
+        elif end is EndCause.EOF and not readable:
+            exchange.outcome = Outcome.UNREADABLE
         else:
             exchange.outcome = Outcome.TRUNCATED
         return exchange
+
+
+_MISSING_END_DETAIL = {
+    EndCause.EOF: "upstream closed the stream before stream.end",
+    EndCause.CLIENT_ABORTED: "client aborted before stream.end",
+    EndCause.UPSTREAM_FAILED: "upstream connection failed before stream.end",
+    EndCause.SHUTDOWN: "observer shut down before stream.end",
+}
+
+
+def _block_type(b: _BlockState, tool_indexes: set[int | None]) -> str:
+    """A block that carried no text but shares its index with a tool call is that tool call's
+    block (draft §4.8: ``tool.call`` then ``content.stop`` with ``tool_use`` at one index)."""
+    if not b.parts and b.index in tool_indexes:
+        return "tool_use"
+    return b.type
 
 
 def _index(b: _BlockState) -> int:

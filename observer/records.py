@@ -23,6 +23,9 @@ class Outcome(enum.StrEnum):
     - ``client_aborted``: the client went away before the end (mitmproxy ``error`` hook).
     - ``truncated``: the upstream closed (cleanly or not) before the end of the stream.
     - ``http_error``: the upstream answered with a non-2xx status; the body is recorded.
+    - ``unreadable``: the response ended normally but the observer could not read it
+      (undecodable content, not an event stream, observer failure); violations say why.
+    - ``interrupted``: the observer shut down while the stream was still open.
     """
 
     COMPLETED = "completed"
@@ -30,6 +33,8 @@ class Outcome(enum.StrEnum):
     CLIENT_ABORTED = "client_aborted"
     TRUNCATED = "truncated"
     HTTP_ERROR = "http_error"
+    UNREADABLE = "unreadable"
+    INTERRUPTED = "interrupted"
 
 
 class ViolationKind(enum.StrEnum):
@@ -60,6 +65,8 @@ class ViolationKind(enum.StrEnum):
     OVERSIZE_STREAM = "oversize_stream"
     UNEXPECTED_CONTENT_TYPE = "unexpected_content_type"
     UNSTORABLE_CHARACTER = "unstorable_character"
+    INVALID_UTF8 = "invalid_utf8"
+    OVERSIZE_RECORD = "oversize_record"
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,7 +149,8 @@ class RequestFacts:
     """What the request said, as recorded: the request envelope of draft §4.2 with binary parts
     reduced to type and size.
 
-    ``messages``: list of ``{"role", "content", ...}``; string content kept as is, typed parts
+    ``messages``: list of ``{"role", "content", ...}`` (anything else kept as sent and flagged
+    ``invalid_request``); string content kept as is, typed parts
     kept with ``text`` parts verbatim and ``image``/``document``/``audio`` parts as
     ``{"type", "media_type", "data_bytes"}`` (decoded size in bytes, base64 payload dropped).
     ``tools``: the declared tool objects. ``parameters`` and ``metadata``: as sent.
@@ -152,7 +160,7 @@ class RequestFacts:
     version: str | None = None
     stream: bool | None = None
     model: str | None = None
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)

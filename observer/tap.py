@@ -45,7 +45,7 @@ class StreamObserver:
     ) -> None:
         self._exchange = exchange
         self._limits = limits
-        self._reassembler = Reassembler(exchange.request, max_text_chars=limits.max_stream_text_chars)
+        self._reassembler = Reassembler(exchange.request, limits=limits)
         self._adapter = dialect.new_adapter(exchange.request)
         self._http_error = not 200 <= status_code < 300
         media_type = (content_type or "").split(";", 1)[0].strip().lower()
@@ -145,14 +145,12 @@ class StreamObserver:
                 self.fail(exc)
         ex.transport_error = transport_error
         ex.ended_at = utc_from_epoch(ended_at_s if ended_at_s is not None else now_s)
-        request_start_s = ex.started_at.timestamp()
-        self._reassembler.finish(ex, end, request_start_s=request_start_s)
+        readable = self._body is None and not self._broken
+        self._reassembler.finish(ex, end, request_start_s=ex.started_at.timestamp(), readable=readable)
         if self._body is not None:
             ex.response_body = bytes(self._body).decode("utf-8", "replace")
         if self._http_error:
             ex.outcome = Outcome.HTTP_ERROR
-            # A non-2xx answer has no stream to miss an end of.
-            ex.violations = [v for v in ex.violations if v.kind != ViolationKind.MISSING_STREAM_END]
         return ex
 
 

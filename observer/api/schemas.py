@@ -69,7 +69,7 @@ class RequestOut(_Schema):
     version: str | None
     stream: bool | None
     model: str | None = Field(description="gen_ai.request.model")
-    messages: list[dict[str, Any]]
+    messages: list[Any] = Field(description="As sent; binary parts reduced to type and data_bytes")
     tools: list[dict[str, Any]]
     parameters: dict[str, Any]
     metadata: dict[str, Any]

@@ -67,12 +67,21 @@ class StandardDialect:
             violations.append(Violation(V.UNSUPPORTED_VERSION, None, f"request version {version!r}"))
         stream = doc.get("stream")
         facts.stream = stream if isinstance(stream, bool) else None
+        if "stream" in doc and not isinstance(stream, bool):
+            violations.append(Violation(V.INVALID_REQUEST, None, "stream is not a boolean"))
+        elif stream is False:
+            violations.append(Violation(V.INVALID_REQUEST, None, "stream is false (draft §4.2: MUST be true)"))
         model = doc.get("model")
         facts.model = model if isinstance(model, str) else None
+        if "model" in doc and not isinstance(model, str):
+            violations.append(Violation(V.INVALID_REQUEST, None, "model is not a string"))
 
         messages = doc.get("messages")
         if isinstance(messages, list):
             facts.messages = [_message(m) for m in messages]
+            bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
+            if bad:
+                violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
         elif messages is not None:
             violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
         tools = doc.get("tools")
@@ -89,15 +98,20 @@ class StandardDialect:
         extensions = doc.get("extensions")
         if isinstance(extensions, dict):
             facts.extensions = sorted(str(k) for k in extensions)  # names only; values not interpreted (§8.3)
+        elif extensions is not None:
+            violations.append(Violation(V.INVALID_REQUEST, None, "extensions is not an object"))
+        request_id = facts.metadata.get("request_id")
+        if request_id is not None and not isinstance(request_id, str):
+            violations.append(Violation(V.INVALID_REQUEST, None, "metadata.request_id is not a string"))
         return facts, violations
 
     def new_adapter(self, request: RequestFacts) -> StandardAdapter:
         return StandardAdapter()
 
 
-def _message(m: Any) -> dict[str, Any]:
+def _message(m: Any) -> Any:
     if not isinstance(m, dict):
-        return {"invalid": True}
+        return m  # recorded as sent (and flagged by the caller)
     out = dict(m)
     content = m.get("content")
     if isinstance(content, list):
@@ -134,6 +148,7 @@ class StandardAdapter:
 
     def __init__(self) -> None:
         self._first = True
+        self._started = False
         self._last_seq: int | None = None
         self._skipped = 0  # events lost to invalid JSON since the last good seq
         self._bad_versions: set[str] = set()
@@ -169,7 +184,10 @@ class StandardAdapter:
             if etype != "stream.start" or seq != 0:
                 out.append(Violation(V.MISSING_STREAM_START, seq, f"first event is {etype!r} with seq {seq}"))
         elif etype == "stream.start":
-            out.append(Violation(V.INVALID_EVENT, seq, "second stream.start"))
+            detail = "second stream.start" if self._started else "stream.start after other events"
+            out.append(Violation(V.INVALID_EVENT, seq, detail))
+        if etype == "stream.start":
+            self._started = True
         mapper = _MAPPERS.get(etype) if etype else None
         if mapper is not None:
             mapper(obj, seq, out)

@@ -196,7 +196,7 @@ class SSEDecoder:
             self._line(body, len(body), out)
         size = self._size
         if self._data:
-            out.append(self._make_event())
+            self._emit_event(out)
             out.append(
                 Violation(
                     kind=ViolationKind.UNTERMINATED_FINAL_EVENT,
@@ -305,7 +305,7 @@ class SSEDecoder:
         if not body:
             # WHATWG: "If the line is empty (a blank line): Dispatch the event."
             if self._data:
-                out.append(self._make_event())
+                self._emit_event(out)
             # WHATWG: if the data buffer is empty, reset the data and event type buffers and
             # return without dispatching. Either way the block's buffers start afresh.
             self._reset_block()
@@ -349,18 +349,32 @@ class SSEDecoder:
                     pass
         # WHATWG: any other field name is ignored.
 
-    def _make_event(self) -> SSEEvent:
+    def _emit_event(self, out: list[SSEEvent | Violation]) -> None:
         # WHATWG: data buffer = values each followed by LF, then one trailing LF removed,
-        # i.e. the values joined by LF.
+        # i.e. the values joined by LF. WHATWG decodes with replacement (U+FFFD); the record
+        # also says so, because a replaced byte means the text on record is not what was sent.
         data = self._data
-        text = data[0] if len(data) == 1 else b"\n".join(data)
-        return SSEEvent(
-            event=self._event.decode("utf-8", "replace") if self._event else "",
-            data=text.decode("utf-8", "replace"),
-            id=self._last_id,
-            retry=self._retry,
-            size_bytes=self._size,
-        )
+        raw = data[0] if len(data) == 1 else b"\n".join(data)
+        bad = False
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "replace")
+            bad = True
+        event = self._event
+        if event:
+            try:
+                event_text = event.decode("utf-8")
+            except UnicodeDecodeError:
+                event_text = event.decode("utf-8", "replace")
+                bad = True
+        else:
+            event_text = ""
+        out.append(SSEEvent(event=event_text, data=text, id=self._last_id, retry=self._retry, size_bytes=self._size))
+        if bad:
+            out.append(
+                Violation(kind=ViolationKind.INVALID_UTF8, seq=None, detail="invalid UTF-8 replaced by U+FFFD")
+            )
 
     def _reset_block(self) -> None:
         self._data = []

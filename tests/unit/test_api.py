@@ -204,3 +204,14 @@ def test_empty_token_is_refused() -> None:
     """An API without a token would be open: refuse to build it."""
     with pytest.raises(ConfigError):
         create_app(object(), "")  # type: ignore[arg-type]
+
+
+def test_record_with_non_object_messages_is_served(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
+    """A request whose messages are not all objects is recorded as sent and still served."""
+    rec = make_exchange("b0000000-0000-4000-8000-00000000000b", T0)
+    rec.request.messages = ["hi", {"role": "user", "content": "x"}, 7]
+    store.write_many([rec])
+    with TestClient(create_app(store, TOKEN)) as c:
+        r = c.get(f"/v1/exchanges/{rec.id}", headers=AUTH)
+    assert r.status_code == 200
+    assert r.json()["request"]["messages"] == ["hi", {"role": "user", "content": "x"}, 7]

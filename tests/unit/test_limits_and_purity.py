@@ -45,8 +45,10 @@ def test_http_error_body_capped():
 
 
 def test_unsupported_encoding_passes_through_flagged():
+    """A clean end of a stream we could not decode: unreadable, not the upstream's truncation."""
     rec = observe("llm-stream-1.0", REQ, [START], content_encoding="compress")
-    assert [v["kind"] for v in rec["violations"]] == ["content_decoding_error", "missing_stream_end"]
+    assert [v["kind"] for v in rec["violations"]] == ["content_decoding_error"]
+    assert rec["outcome"] == "unreadable"
 
 
 def test_corrupt_gzip_flagged():
@@ -56,7 +58,8 @@ def test_corrupt_gzip_flagged():
 
 def test_non_sse_2xx_flagged():
     rec = observe("llm-stream-1.0", REQ, [b'{"ok":true}'], content_type="application/json")
-    assert [v["kind"] for v in rec["violations"]] == ["unexpected_content_type", "missing_stream_end"]
+    assert [v["kind"] for v in rec["violations"]] == ["unexpected_content_type"]
+    assert rec["outcome"] == "unreadable"
     assert rec["response_body"] == '{"ok":true}'
 
 
@@ -93,3 +96,26 @@ def test_integers_beyond_64_bits_are_invalid_not_stored():
     assert rec["usage"] == {"input_tokens": None, "output_tokens": 3, "reported": True}
     assert [(v["kind"], v["seq"]) for v in rec["violations"]] == [("invalid_event", 1), ("invalid_event", None)]
     assert rec["outcome"] == "completed"
+
+
+def test_violation_tool_call_and_block_caps():
+    """Millions of bad events must not make a multi-GB record: items beyond the caps are
+    counted in one oversize_record violation (hostile-stream finding)."""
+    bad = b"data: 1\n\n" * 50
+    calls = b"".join(
+        b'event: tool.call\ndata: {"v":"1.0","seq":%d,"type":"tool.call","index":%d,"id":"c%d","name":"t","arguments":"{}"}\n\n'
+        % (i, i, i)
+        for i in range(1, 8)
+    )
+    blocks = b"".join(delta(i, "x").replace(b'"index":0', b'"index":%d' % i) for i in range(8, 14))
+    limits = Limits(max_violations=5, max_tool_calls=3, max_blocks=4)
+    rec = observe("llm-stream-1.0", REQ, [START, calls, blocks, bad], limits=limits)
+    assert len(rec["tool_calls"]) == 3
+    assert [b["index"] for b in rec["blocks"]] == [8, 9, 10, 11]
+    assert len(rec["violations"]) == 6
+    assert rec["violations"][-1] == {
+        "kind": "oversize_record",
+        "seq": None,
+        "detail": "dropped beyond the per-record caps: 2 content block event, 4 tool call, "
+        "50 violation invalid_event, 1 violation missing_stream_end, 2 violation undeclared_tool",
+    }

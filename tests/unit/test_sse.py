@@ -230,8 +230,15 @@ def test_multibyte_utf8_split_at_every_pair_of_positions():
 
 
 def test_invalid_utf8_replaced():
-    assert decode([b"data: \xff\xfe ok \xe2\x82\n\n"]) == [ev("\ufffd\ufffd ok \ufffd", 16)]
-    assert decode([b"event: \xc3\nid: \xc3\ndata: x\n\n"]) == [ev("x", 24, event="\ufffd", id="\ufffd")]
+    """WHATWG decodes with replacement; the record is told the text differs from the bytes."""
+    assert decode([b"data: \xff\xfe ok \xe2\x82\n\n"]) == [
+        ev("\ufffd\ufffd ok \ufffd", 16),
+        Violation(kind="invalid_utf8", seq=None, detail="invalid UTF-8 replaced by U+FFFD"),
+    ]
+    assert decode([b"event: \xc3\nid: \xc3\ndata: x\n\n"]) == [
+        ev("x", 24, event="\ufffd", id="\ufffd"),
+        Violation(kind="invalid_utf8", seq=None, detail="invalid UTF-8 replaced by U+FFFD"),
+    ]
 
 
 def test_bom_stripped_and_not_counted():

@@ -90,3 +90,27 @@ def test_unknown_fields_and_extensions_ignored():
     assert violations == []
     assert facts.extensions == ["acme:beta"]
     assert facts.model == "m"
+
+
+@pytest.mark.parametrize(
+    ("body", "details"),
+    [
+        (b'{"version":"1.0","stream":"yes","model":"m","messages":[]}', ["stream is not a boolean"]),
+        (b'{"version":"1.0","stream":false,"model":"m","messages":[]}', ["stream is false (draft §4.2: MUST be true)"]),
+        (b'{"version":"1.0","stream":true,"model":42,"messages":[]}', ["model is not a string"]),
+        (b'{"version":"1.0","stream":true,"model":"m","messages":[],"extensions":[1,2]}', ["extensions is not an object"]),
+        (b'{"version":"1.0","stream":true,"model":"m","messages":["hi",{"content":"x"}]}',
+         ["2 message(s) without an object and role"]),
+        (b'{"version":"1.0","stream":true,"model":"m","messages":[],"metadata":{"request_id":7}}',
+         ["metadata.request_id is not a string"]),
+    ],
+)  # fmt: skip
+def test_wrong_types_are_flagged(body, details):
+    """Found by the adversarial trial: wrongly typed fields were silently accepted."""
+    facts, violations = StandardDialect().parse_request(body)
+    assert [(v.kind, v.detail) for v in violations] == [("invalid_request", d) for d in details]
+
+
+def test_non_object_messages_kept_as_sent():
+    facts, _ = StandardDialect().parse_request(b'{"version":"1.0","stream":true,"model":"m","messages":["hi"]}')
+    assert facts.messages == ["hi"]
