@@ -49,13 +49,14 @@ class _FlowState:
     A plain slotted class, not a dataclass: mitmproxy loads ``-s`` scripts without registering
     them in ``sys.modules``, which ``dataclasses`` needs."""
 
-    __slots__ = ("dialect", "exchange", "observer", "violations")
+    __slots__ = ("dialect", "exchange", "finished", "observer", "violations")
 
     def __init__(self, dialect: Dialect, exchange: Exchange) -> None:
         self.dialect = dialect
         self.exchange = exchange
         self.observer: StreamObserver | None = None
         self.violations: list[Violation] = []
+        self.finished = False
 
 
 class StreamTap:
@@ -103,6 +104,7 @@ class LLMAudit:
         self._registry = registry or default_registry()
         self._writer = None
         self._limits = Limits()
+        self._open: dict[str, _FlowState] = {}  # flow.id -> state of every observed, unfinished flow
         self.records_submitted = 0
         self.records_dropped = 0
         self.hook_errors = 0
@@ -149,6 +151,12 @@ class LLMAudit:
         log.info("observer: recording LLM exchanges to %s", _safe_url(url))
 
     def done(self) -> None:
+        # Flows still streaming when the proxy stops never see ``response``/``error`` before the
+        # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded.
+        now = time.time()
+        open_states, self._open = list(self._open.values()), {}
+        for state in open_states:
+            self._finish(state, EndCause.SHUTDOWN, now=now, message="observer shut down", status=None)
         if self._writer is not None:
             self._writer.close(timeout_s=10.0)
             log.info("observer: writer closed %s", self._writer.stats())
@@ -168,10 +176,12 @@ class LLMAudit:
             length = req.headers.get("content-length", "")
             if length.isdigit() and int(length) > self._limits.max_request_bytes:
                 flow.request.stream = True
+                state.exchange.request.body_bytes = int(length)
                 state.violations.append(
                     Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {length} bytes not parsed")
                 )
             flow.metadata[METADATA_KEY] = state
+            self._open[flow.id] = state
         except Exception:
             self._hook_failed("requestheaders")
 
@@ -185,6 +195,7 @@ class LLMAudit:
                 return
             body = flow.request.get_content(strict=False) or b""
             if len(body) > self._limits.max_request_bytes:
+                state.exchange.request.body_bytes = len(body)
                 state.violations.append(
                     Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {len(body)} bytes not parsed")
                 )
@@ -224,49 +235,59 @@ class LLMAudit:
             )
 
     def response(self, flow: http.HTTPFlow) -> None:
-        state = flow.metadata.pop(METADATA_KEY, None)
-        if state is None:
-            return
-        now = time.time()
-        try:
-            if state.observer is None:  # headers hook failed: keep what we know
-                record = request_only_record(state.exchange, EndCause.EOF, now_s=now, transport_error=None)
-                record.status_code = flow.response.status_code
-            else:
-                record = state.observer.finish(
-                    EndCause.EOF, now_s=now, ended_at_s=flow.response.timestamp_end or now
-                )
-            record.violations.extend(state.violations)
-        except Exception as exc:
-            self._hook_failed("response")
-            record = state.exchange
-            record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"response: {type(exc).__name__}"))
-        self._submit(record)
+        state = self._pop(flow)
+        if state is not None:
+            now = time.time()
+            self._finish(
+                state, EndCause.EOF, now=now, ended_at=flow.response.timestamp_end or now,
+                message=None, status=flow.response.status_code,
+            )  # fmt: skip
 
     def error(self, flow: http.HTTPFlow) -> None:
-        state = flow.metadata.pop(METADATA_KEY, None)
+        state = self._pop(flow)
         if state is None:
             return
-        now = time.time()
         message = flow.error.msg if flow.error else "unknown error"
         end = end_cause_from_error(
             message,
             client_closed=flow.client_conn.state is ConnectionState.CLOSED,
             server_closed=flow.server_conn.state is ConnectionState.CLOSED,
         )
+        status = flow.response.status_code if flow.response is not None else None
+        self._finish(state, end, now=time.time(), message=message, status=status)
+
+    # ----- helpers -----
+    def _pop(self, flow: http.HTTPFlow) -> _FlowState | None:
+        """The flow's state, unless it is not observed or was already finished (at shutdown)."""
+        self._open.pop(flow.id, None)
+        state = flow.metadata.pop(METADATA_KEY, None)
+        return None if state is None or state.finished else state
+
+    def _finish(
+        self,
+        state: _FlowState,
+        end: EndCause,
+        *,
+        now: float,
+        message: str | None,
+        status: int | None,
+        ended_at: float | None = None,
+    ) -> None:
+        """Completes one record and submits it (once per flow)."""
+        state.finished = True
         try:
-            if state.observer is None:
+            if state.observer is None:  # no response headers (or their hook failed)
                 record = request_only_record(state.exchange, end, now_s=now, transport_error=message)
-                if flow.response is not None:
-                    record.status_code = flow.response.status_code
+                if status is not None:
+                    record.status_code = status
             else:
-                record = state.observer.finish(end, now_s=now, transport_error=message)
+                record = state.observer.finish(end, now_s=now, ended_at_s=ended_at, transport_error=message)
             record.violations.extend(state.violations)
         except Exception as exc:
-            self._hook_failed("error")
+            self._hook_failed("finish")
             record = state.exchange
             record.transport_error = message
-            record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"error: {type(exc).__name__}"))
+            record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}"))
         self._submit(record)
 
     # ----- helpers -----

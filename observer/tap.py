@@ -157,14 +157,20 @@ class StreamObserver:
 def request_only_record(exchange: Exchange, end: EndCause, *, now_s: float, transport_error: str | None) -> Exchange:
     """The record of an exchange that failed before any response headers arrived.
 
-    A client that went away while waiting gives ``client_aborted``; otherwise (upstream
+    A client that went away while waiting gives ``client_aborted``, an observer shutdown
+    ``interrupted``; otherwise (upstream
     unreachable, refused, reset) the outcome is ``error`` with code ``no_response`` — no
     response existed, so nothing was truncated. ``transport_error`` keeps the proxy's message.
     """
     exchange.ended_at = utc_from_epoch(now_s)
     exchange.transport_error = transport_error
+    request_id = exchange.request.metadata.get("request_id") if exchange.request.metadata else None
+    if isinstance(request_id, str):
+        exchange.request_id = request_id
     if end is EndCause.CLIENT_ABORTED:
         exchange.outcome = Outcome.CLIENT_ABORTED
+    elif end is EndCause.SHUTDOWN:
+        exchange.outcome = Outcome.INTERRUPTED
     else:
         exchange.error = ErrorInfo("no_response", transport_error)
         exchange.outcome = Outcome.ERROR

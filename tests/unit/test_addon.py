@@ -245,3 +245,38 @@ def test_end_cause_from_error(msg, client_closed, server_closed, cause):
     """mitmproxy's free-text error messages (shared reference §2.4) classified by prefix, and
     HTTP/2's ambiguous "peer closed connection" by which connection closed."""
     assert end_cause_from_error(msg, client_closed=client_closed, server_closed=server_closed) is cause
+
+
+def test_shutdown_records_open_streams_as_interrupted():
+    """Streams still open when the proxy stops are recorded (outcome interrupted) before the
+    writer closes; a late error hook for the same flow adds nothing (trial finding: records
+    of in-flight streams were lost on every restart)."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        open_stream(addon, f)(BODY[: BODY.index(b"event: content.delta", BODY.index(b'" weather"'))])
+        waiting = llm_flow()  # sent, no response headers yet
+        addon.requestheaders(waiting)
+        addon.request(waiting)
+        addon.done()
+        f.error = Error("Client disconnected.")
+        addon.error(f)
+    assert sorted(r.outcome for r in sink.records) == ["interrupted", "interrupted"]
+    streamed = next(r for r in sink.records if r.response_bytes)
+    assert streamed.text == "The weather"
+    assert [v.kind for v in streamed.violations] == ["missing_stream_end"]
+    assert streamed.violations[0].detail == "observer shut down before stream.end"
+    unanswered = next(r for r in sink.records if not r.response_bytes)
+    assert unanswered.request_id == "550e8400-e29b-41d4-a716-446655440000"  # from metadata
+
+
+def test_oversize_request_records_its_size():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_max_request_bytes=100)
+        f = llm_flow()
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    assert sink.records[0].request.body_bytes == len(REQUEST)
