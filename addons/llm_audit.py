@@ -296,7 +296,9 @@ class LLMAudit:
         return Exchange(
             id=str(uuid.uuid4()),
             dialect=dialect.name,
+            scheme=req.scheme,
             host=req.host,
+            port=req.port,
             path=redact_path(req.path),
             method=req.method,
             http_version=req.http_version,

@@ -218,6 +218,8 @@ class Exchange:
     method: str
     http_version: str
     started_at: datetime
+    scheme: str = "http"
+    port: int | None = None
     status_code: int | None = None
     ended_at: datetime | None = None
     ttft_s: float | None = None
@@ -252,7 +254,9 @@ class Exchange:
         return {
             "id": self.id,
             "dialect": self.dialect,
+            "scheme": self.scheme,
             "host": self.host,
+            "port": self.port,
             "path": self.path,
             "method": self.method,
             "http_version": self.http_version,

@@ -82,7 +82,9 @@ class ExchangeSummary(_Schema):
 
     id: str
     dialect: str
+    scheme: str = Field(description="url.scheme")
     host: str = Field(description="server.address")
+    port: int | None = Field(description="server.port")
     path: str
     method: str
     status_code: int | None
@@ -110,7 +112,9 @@ class ExchangeOut(_Schema):
 
     id: str
     dialect: str
+    scheme: str = Field(description="url.scheme")
     host: str = Field(description="server.address")
+    port: int | None = Field(description="server.port")
     path: str
     method: str
     http_version: str

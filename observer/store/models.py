@@ -97,7 +97,9 @@ class ExchangeRow(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, comment="Record id (UUID) assigned by the observer")
     dialect: Mapped[str] = mapped_column(String(64), comment="Wire dialect that decoded the stream")
+    scheme: Mapped[str] = mapped_column(String(16), comment="url.scheme")
     host: Mapped[str] = mapped_column(Text, index=True, comment="server.address")
+    port: Mapped[int | None] = mapped_column(Integer, comment="server.port")
     path: Mapped[str] = mapped_column(Text, comment="url.path")
     method: Mapped[str] = mapped_column(Text, comment="http.request.method")
     http_version: Mapped[str] = mapped_column(Text, comment="network.protocol.version")

@@ -55,7 +55,9 @@ Page = tuple[list[Item], str | None]
 _SUMMARY_COLUMNS = (
     ExchangeRow.id,
     ExchangeRow.dialect,
+    ExchangeRow.scheme,
     ExchangeRow.host,
+    ExchangeRow.port,
     ExchangeRow.path,
     ExchangeRow.method,
     ExchangeRow.status_code,
@@ -224,7 +226,9 @@ def exchange_from_dict(d: Mapping[str, Any]) -> Exchange:
     return Exchange(
         id=d["id"],
         dialect=d["dialect"],
+        scheme=d["scheme"],
         host=d["host"],
+        port=d["port"],
         path=d["path"],
         method=d["method"],
         http_version=d["http_version"],
@@ -290,7 +294,9 @@ def _rows_from_records(records: Sequence[Exchange]) -> tuple[list[Item], dict[Fr
             {
                 "id": r.id,
                 "dialect": r.dialect,
+                "scheme": r.scheme,
                 "host": r.host,
+                "port": r.port,
                 "path": r.path,
                 "method": r.method,
                 "http_version": r.http_version,
@@ -357,7 +363,9 @@ def _exchange_from_row(row: ExchangeRow) -> Exchange:
     return Exchange(
         id=row.id,
         dialect=row.dialect,
+        scheme=row.scheme,
         host=row.host,
+        port=row.port,
         path=row.path,
         method=row.method,
         http_version=row.http_version,
@@ -400,7 +408,9 @@ def _summary_from_row(m: Mapping[str, Any]) -> Item:
     return {
         "id": m["id"],
         "dialect": m["dialect"],
+        "scheme": m["scheme"],
         "host": m["host"],
+        "port": m["port"],
         "path": m["path"],
         "method": m["method"],
         "status_code": m["status_code"],

@@ -177,6 +177,8 @@ def test_complete_stream(proxy, upstream: UpstreamServer, tls: bool, http2: bool
     assert path_matches(rec.get("path"), "/v1/stream"), rec.get("path")
     expected = {k: v for k, v in COMPLETE_RECORD.items() if k != "path"}
     expected["http_version"] = http_version
+    expected["scheme"] = "https" if tls else "http"
+    expected["port"] = upstream.https_port if tls else upstream.http_port
     assert_subset(rec, expected)
     check_times(rec)
     assert isinstance(rec["ttft_s"], (int, float)) and 0 < rec["ttft_s"] < 1, rec["ttft_s"]

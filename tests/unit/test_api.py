@@ -128,7 +128,9 @@ def test_list_default_page_and_item(client: TestClient) -> None:
     assert page["items"][0] == {
         "id": "ex-4",
         "dialect": "openai-chat",
+        "scheme": "http",
         "host": "api.openai.com",
+        "port": None,
         "path": "/v1/chat/completions",
         "method": "POST",
         "status_code": 200,

@@ -24,7 +24,9 @@ def full_record() -> Exchange:
     return Exchange(
         id="0b5e3c1e-6a4e-4b7a-9f1e-2d3c4b5a6f70",
         dialect="anthropic-messages",
+        scheme="https",
         host="api.anthropic.com",
+        port=443,
         path="/v1/messages",
         method="POST",
         http_version="HTTP/2.0",
@@ -279,7 +281,9 @@ def test_list_item_shape(store: AuditStore) -> None:
         {
             "id": "0b5e3c1e-6a4e-4b7a-9f1e-2d3c4b5a6f70",
             "dialect": "anthropic-messages",
+            "scheme": "https",
             "host": "api.anthropic.com",
+            "port": 443,
             "path": "/v1/messages",
             "method": "POST",
             "status_code": 200,
