@@ -63,10 +63,27 @@ async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Po
         opts.set(*mitm_sets)
     exit_code = 0
 
+    stopping = False
+
     def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
         master.shutdown()
 
     loop = asyncio.get_running_loop()
+    default_handler = loop.get_exception_handler()
+
+    def on_loop_exception(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        # mitmproxy's connection tasks are cancelled when it shuts down with clients still
+        # connected; asyncio then reports each CancelledError. That is the shutdown, not a fault.
+        if stopping and isinstance(context.get("exception"), asyncio.CancelledError):
+            return
+        if default_handler is not None:
+            default_handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(on_loop_exception)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
 
@@ -76,7 +93,7 @@ async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Po
             if api.poll() is not None:
                 log.error("observer: the API process exited with code %s; stopping", api.returncode)
                 exit_code = 1
-                master.shutdown()
+                stop()
                 return
             await asyncio.sleep(API_CHECK_INTERVAL_S)
 
