@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
 
-from observer.config import load_settings
+from observer.config import Settings, load_settings
+from observer.errors import ObserverError
 
 app = typer.Typer(help="Passive observer and compliance logger for LLM inference streams.", no_args_is_help=True)
 db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
@@ -43,14 +45,19 @@ def run(
     ] = None,
 ) -> None:
     """Run the forward proxy with the audit addon and the query API, until Ctrl-C."""
-    from observer.runner import run_proxy, start_api_process, stop_process
+    from observer.runner import check_port_free, run_proxy, start_api_process, stop_process
     from observer.store.migrate import upgrade
     from observer.token import resolve_token
 
-    settings = load_settings(
+    settings = _settings(
         db=db, proxy_port=proxy_port, api_port=api_port, confdir=confdir, data_dir=data_dir,
         proxy_host=proxy_host, api_host=api_host,
     )  # fmt: skip
+    try:
+        check_port_free(settings.proxy_host, settings.proxy_port, "--proxy-port")
+        check_port_free(settings.api_host, settings.api_port, "--api-port")
+    except ObserverError as exc:
+        _fail(str(exc))
     upgrade(settings.db)
     token = resolve_token(settings)
     api = start_api_process(settings, token)
@@ -81,7 +88,7 @@ def api(
     from observer.token import resolve_token
 
     _logging()
-    settings = load_settings(db=db, api_host=host, api_port=port)
+    settings = _settings(db=db, api_host=host, api_port=port)
     token = resolve_token(settings)
     uvicorn.run(
         create_app(AuditStore(settings.db), token), host=settings.api_host, port=settings.api_port, log_level="warning"
@@ -94,9 +101,23 @@ def db_upgrade(db: DbOpt = None) -> None:
     from observer.store.migrate import upgrade
 
     _logging()
-    settings = load_settings(db=db)
+    settings = _settings(db=db)
     upgrade(settings.db)
     typer.echo(f"observer: store {_safe(settings.db)} is at the newest schema")
+
+
+def _settings(**overrides: object) -> Settings:
+    """Settings from all sources, or a one-line error (exit 2) naming what is wrong."""
+    try:
+        return load_settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        _fail(f"invalid settings ({problems}); see observer.toml / OBSERVER_* variables")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"observer: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def _safe(url: str) -> str:

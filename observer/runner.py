@@ -12,14 +12,28 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 
 from observer.config import Settings
+from observer.errors import ConfigError
 
 log = logging.getLogger("observer.run")
 API_CHECK_INTERVAL_S = 0.5
 API_STOP_TIMEOUT_S = 10.0
+
+
+def check_port_free(host: str, port: int, option: str) -> None:
+    """Raises ``ConfigError`` naming ``option`` when ``host:port`` cannot be bound (in use,
+    not a local address), before anything starts. Port 0 (any free port) is not checked."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another with {option}") from exc
 
 
 def start_api_process(settings: Settings, token: str) -> subprocess.Popen:

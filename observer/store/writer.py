@@ -247,6 +247,8 @@ class RecordWriter:
                 if self._held:
                     self._write(self._held)
                     self._held = []
+                if delay_s:
+                    log.warning("audit writer: database available again; %d records written so far", self.written)
                 delay_s = retry_at = 0.0
             except Exception as exc:  # _Unavailable, or a bug here: keep the thread alive either way
                 self.failed_batches += 1
@@ -254,8 +256,9 @@ class RecordWriter:
                 retry_at = time.monotonic() + delay_s
                 if isinstance(exc, _Unavailable):
                     log.warning(
-                        "audit writer: database unavailable (%s); next attempt in %.1f s",
+                        "audit writer: database unavailable (%s: %s); next attempt in %.1f s",
                         type(exc.__cause__).__name__,
+                        _cause_line(exc.__cause__),
                         delay_s,
                     )
                 else:
@@ -450,3 +453,13 @@ def _append(path: Path, data: bytes) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _cause_line(exc: BaseException | None) -> str:
+    """The first line of the driver's own message (the engine hides statement parameters, so
+    no record content can appear here)."""
+    if exc is None:
+        return ""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return lines[0][:200] if lines else ""

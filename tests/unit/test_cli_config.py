@@ -86,3 +86,24 @@ def test_help_lists_commands():
     out = CliRunner().invoke(app, ["--help"]).output
     for cmd in ("run", "api", "db"):
         assert cmd in out
+
+
+def test_bad_config_file_is_one_line_error(tmp_path):
+    """Trial finding: an unknown key gave a 55-line traceback."""
+    (tmp_path / "observer.toml").write_text('dbb = "typo"\n')
+    result = CliRunner().invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 2
+    assert "invalid settings (dbb: Extra inputs are not permitted)" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_busy_proxy_port_is_a_clear_error(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = CliRunner().invoke(app, ["run", "--proxy-port", str(port), "--api-port", "0", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.output and "--proxy-port" in result.output

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
+import random
 import sys
+import tracemalloc
 import zlib
 
 import brotli
@@ -274,3 +277,300 @@ def test_zstd_multiple_frames():
     d = make_decoder("zstd")
     assert d.feed(zstd.compress(b"one ") + zstd.compress(b"two")[:5]) == b"one "
     assert d.complete is False
+
+
+# -- output limits (decompression bombs) ------------------------------------------------------
+
+MiB = 1 << 20
+ALLOWANCE = MiB  # make_decoder's default ratio_allowance_bytes
+RATIO = 100
+CHUNK = 16 * 1024  # what a proxy read typically delivers
+LIMIT_CODINGS = ["gzip", "deflate", "deflate-raw", "br", "zstd", "gzip, br"]
+
+
+def _decoder_name(coding: str) -> str:
+    return "deflate" if coding == "deflate-raw" else coding
+
+
+def _compress(coding: str, data: bytes) -> bytes:
+    """Whole-body compression per coding (fast settings: the bombs are 64 MiB)."""
+    if coding == "gzip":
+        return gzip.compress(data, 6)
+    if coding == "deflate":
+        return _zlib(data, zlib.MAX_WBITS)
+    if coding == "deflate-raw":
+        return _zlib(data, -zlib.MAX_WBITS)
+    if coding == "br":
+        return brotli.compress(data, quality=5)
+    if coding == "zstd":
+        return zstd.compress(data)
+    if coding == "gzip, br":
+        return brotli.compress(gzip.compress(data, 6), quality=5)
+    raise AssertionError(coding)
+
+
+BOMB_PREFIX = random.Random(7).randbytes(64 * 1024)  # incompressible: decodes at ratio ~1
+BOMB_ZEROS = 64 * MiB
+
+
+@functools.cache
+def _bomb(coding: str) -> bytes:
+    """64 KiB of ordinary data, then 64 MiB of zeros (compression ratio ~1000 and more)."""
+    return _compress(coding, BOMB_PREFIX + bytes(BOMB_ZEROS))
+
+
+def _feed_until_limit(d, body: bytes, chunk: int = CHUNK, ratio: int | None = RATIO, max_output: int | None = None):
+    """Feeds ``body`` in ``chunk``-sized pieces until the limit error; returns (error, output
+    returned before it, budget at the failing feed computed from the bytes fed so far)."""
+    returned = bytearray()
+    fed = 0
+    for i in range(0, len(body), chunk):
+        piece = body[i : i + chunk]
+        fed += len(piece)
+        caps = []
+        if ratio is not None:
+            caps.append(ALLOWANCE + ratio * fed)
+        if max_output is not None:
+            caps.append(max_output)
+        try:
+            returned += d.feed(piece)
+        except ContentDecodingError as exc:
+            return exc, bytes(returned), min(caps), fed
+    raise AssertionError(f"no limit error; {len(returned)} bytes decoded")
+
+
+@pytest.mark.parametrize("coding", LIMIT_CODINGS)
+def test_bomb_stopped_by_ratio_within_budget(coding):
+    body = _bomb(coding)
+    d = make_decoder(_decoder_name(coding), max_ratio=RATIO)
+    exc, returned, budget, fed = _feed_until_limit(d, body)
+    assert exc.code == "decompression_limit"
+    assert isinstance(exc, ObserverError)
+    assert "max_ratio=100" in str(exc)
+    # Stopped early: the budget at that point is a fraction of the 64 MiB.
+    assert budget < 16 * MiB
+    # What came out before the error is within the budget and is the true plaintext.
+    assert len(returned) <= budget
+    assert returned == (BOMB_PREFIX + bytes(BOMB_ZEROS))[: len(returned)]
+    if coding not in ("br", "gzip, br"):  # brotli/chains may be a single chunk
+        assert fed < len(body)
+    # Failed for good: every later call raises the same error.
+    for call in (lambda: d.feed(b"more"), d.close, lambda: d.feed(b"")):
+        with pytest.raises(ContentDecodingError) as again:
+            call()
+        assert again.value is exc
+
+
+@pytest.mark.parametrize("coding", LIMIT_CODINGS)
+def test_output_before_limit_error_stays_returned(coding):
+    # Small feeds: the ordinary prefix comes out over several feeds before the zeros trip the
+    # limit; those bytes are kept (returned), the failing feed's output is dropped.
+    body = _bomb(coding)
+    d = make_decoder(_decoder_name(coding), max_ratio=RATIO, ratio_allowance_bytes=0)
+    returned = bytearray()
+    fed = 0
+    with pytest.raises(ContentDecodingError) as info:
+        for i in range(0, len(body), 512):
+            fed += len(body[i : i + 512])
+            returned += d.feed(body[i : i + 512])
+    assert info.value.code == "decompression_limit"
+    assert 0 < len(returned) <= RATIO * fed
+    assert returned == (BOMB_PREFIX + bytes(BOMB_ZEROS))[: len(returned)]
+
+
+def test_gzip_bomb_memory_stays_near_budget():
+    # 4 members of 64 MiB of zeros each: 256 MiB decoded without limits.
+    member = gzip.compress(bytes(BOMB_ZEROS), 9)
+    body = member * 4
+    d = make_decoder("gzip", max_ratio=RATIO)
+    tracemalloc.start()
+    try:
+        exc, returned, budget, _fed = _feed_until_limit(d, body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert exc.code == "decompression_limit"
+    assert len(returned) <= budget == ALLOWANCE + RATIO * CHUNK
+    # At most the budget plus one byte is inflated (zlib's output buffer may hold it twice).
+    assert peak < 3 * budget + MiB < 16 * MiB
+
+
+def test_zstd_bomb_memory_stays_near_budget():
+    d = make_decoder("zstd", max_ratio=RATIO)
+    body = zstd.compress(bytes(256 * MiB))
+    tracemalloc.start()
+    try:
+        exc, returned, budget, _fed = _feed_until_limit(d, body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert exc.code == "decompression_limit"
+    assert len(returned) <= budget
+    assert peak < 3 * budget + MiB < 16 * MiB
+
+
+@pytest.mark.parametrize("coding", LIMIT_CODINGS)
+def test_bomb_stopped_by_max_output_bytes(coding):
+    d = make_decoder(_decoder_name(coding), max_output_bytes=3 * MiB)
+    exc, returned, budget, _fed = _feed_until_limit(d, _bomb(coding), ratio=None, max_output=3 * MiB)
+    assert exc.code == "decompression_limit"
+    assert "max_output_bytes=3145728" in str(exc)
+    assert len(returned) <= budget == 3 * MiB
+
+
+def test_the_smaller_limit_binds_and_is_named():
+    body = gzip.compress(bytes(BOMB_ZEROS), 9)
+    d = make_decoder("gzip", max_ratio=RATIO, max_output_bytes=MiB // 2)
+    exc, returned, budget, _ = _feed_until_limit(d, body, max_output=MiB // 2)
+    assert "max_output_bytes=524288" in str(exc)
+    assert len(returned) <= budget == MiB // 2
+    d = make_decoder("gzip", max_ratio=RATIO, max_output_bytes=1 << 40)
+    exc, returned, budget, _ = _feed_until_limit(d, body, max_output=1 << 40)
+    assert "max_ratio=100 (1048576 + 100 x 16384 encoded bytes = 2686976 bytes)" in str(exc)
+    assert len(returned) <= budget == 2686976
+
+
+def test_chain_inner_stage_bomb_is_bounded():
+    # The br stage (the inner one for "gzip, br") expands to 64 MiB of stored-block gzip: a
+    # valid gzip stream, but the intermediate data alone is a bomb.
+    inner = gzip.compress(bytes(BOMB_ZEROS), 0)
+    body = brotli.compress(inner, quality=5)
+    assert len(body) < CHUNK
+    d = make_decoder("gzip, br", max_ratio=RATIO)
+    with pytest.raises(ContentDecodingError) as info:
+        d.feed(body)
+    assert info.value.code == "decompression_limit"
+    assert "intermediate br output" in str(info.value)
+    with pytest.raises(ContentDecodingError) as again:
+        d.close()
+    assert again.value is info.value
+
+
+@pytest.mark.parametrize("coding", [*CODINGS, "deflate-raw", "gzip, br", "identity"])
+def test_max_output_bytes_exact(coding):
+    if coding == "identity":
+        body = PLAIN
+    elif coding in COMPRESSORS:
+        body = COMPRESSORS[coding](PLAIN)
+    else:
+        body = _compress(coding, PLAIN)
+    name = _decoder_name(coding)
+    for chunks in ([body], bytewise(body)):
+        d = make_decoder(name, max_output_bytes=len(PLAIN))
+        out = b"".join(d.feed(c) for c in chunks) + d.close()
+        assert (out, d.complete) == (PLAIN, True)
+    for chunks in ([body], bytewise(body)):
+        d = make_decoder(name, max_output_bytes=len(PLAIN) - 1)
+        out = bytearray()
+        with pytest.raises(ContentDecodingError) as info:
+            for c in chunks:
+                out += d.feed(c)
+            out += d.close()
+        assert info.value.code == "decompression_limit"
+        assert len(out) <= len(PLAIN) - 1
+        assert PLAIN.startswith(out)
+        with pytest.raises(ContentDecodingError):
+            d.feed(b"x")
+
+
+def test_zero_max_output_bytes():
+    d = make_decoder("gzip", max_output_bytes=0)
+    assert d.feed(gzip.compress(b"")) == b""
+    assert d.close() == b""
+    assert d.complete is True
+    with pytest.raises(ContentDecodingError) as info:
+        make_decoder("gzip", max_output_bytes=0).feed(gzip.compress(b"x"))
+    assert info.value.code == "decompression_limit"
+
+
+def test_identity_with_limits():
+    d = make_decoder(None, max_ratio=1, ratio_allowance_bytes=0)
+    chunk = b"data: x\n\n"
+    assert d.feed(chunk) is chunk  # output == input never exceeds a ratio >= 1
+    d = make_decoder("identity", max_output_bytes=10)
+    assert d.feed(b"0123456789") == b"0123456789"
+    with pytest.raises(ContentDecodingError) as info:
+        d.feed(b"!")
+    assert info.value.code == "decompression_limit"
+    with pytest.raises(ContentDecodingError):
+        d.close()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "deflate-raw", "br", "zstd"])
+def test_flushed_sse_with_limits_decodes_as_without(coding):
+    pieces = _flushed_pieces(coding)
+    d = make_decoder(_decoder_name(coding), max_ratio=RATIO)
+    for event, piece in zip(EVENTS, pieces):
+        assert d.feed(piece) == event
+        assert d.complete is False
+    assert d.feed(pieces[-1]) == b""
+    assert d.close() == b""
+    assert d.complete is True
+    body = b"".join(pieces)
+    for chunks in ([body], bytewise(body)):
+        d = make_decoder(_decoder_name(coding), max_ratio=RATIO, ratio_allowance_bytes=0)
+        out = b"".join(d.feed(c) for c in chunks) + d.close()
+        assert (out, d.complete) == (PLAIN, True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    coding=st.sampled_from(["gzip", "deflate", "deflate-raw", "br", "zstd", "gzip, br"]),
+    points=st.lists(st.integers(0, 100_000), max_size=30),
+    allowance=st.sampled_from([0, 1 << 20]),
+)
+def test_random_splits_with_limits_give_same_plaintext(coding, points, allowance):
+    if coding == "gzip, br":
+        body = brotli.compress(gzip.compress(PLAIN))
+    else:
+        body = b"".join(_flushed_pieces(coding))
+    name = _decoder_name(coding)
+    expected = decode_all(name, split_at(body, points))
+    assert expected == (PLAIN, True)
+    d = make_decoder(name, max_ratio=RATIO, ratio_allowance_bytes=allowance, max_output_bytes=len(PLAIN))
+    out = b"".join(d.feed(c) for c in split_at(body, points)) + d.close()
+    assert (out, d.complete) == expected
+
+
+def _repetitive_stream(events: int) -> bytes:
+    """A model repeating itself: compresses 20-35x, far more than prose, far less than a bomb."""
+    rnd = random.Random(0)
+    words = ["the", "model", "keeps", "repeating", "itself"]
+    return b"".join(
+        b'data: {"type":"content_block_delta","index":0,"seq":%d,"delta":{"type":"text_delta","text":"%s"}}\n\n'
+        % (i, " ".join(rnd.choice(words) for _ in range(2)).encode())
+        for i in range(events)
+    )
+
+
+REPETITIVE = _repetitive_stream(30_000)  # ~3.3 MB, beyond the 1 MiB allowance
+
+
+@pytest.mark.parametrize("coding", LIMIT_CODINGS)
+def test_repetitive_stream_below_ratio_passes(coding):
+    body = _compress(coding, REPETITIVE)
+    assert 10 < len(REPETITIVE) / len(body) < RATIO / 2
+    d = make_decoder(_decoder_name(coding), max_ratio=RATIO)
+    out = b"".join(d.feed(body[i : i + CHUNK]) for i in range(0, len(body), CHUNK)) + d.close()
+    assert (out, d.complete) == (REPETITIVE, True)
+    # The same stream against a ratio it does exceed is stopped (the limit is real).
+    d = make_decoder(_decoder_name(coding), max_ratio=2, ratio_allowance_bytes=0)
+    with pytest.raises(ContentDecodingError) as info:
+        for i in range(0, len(body), CHUNK):
+            d.feed(body[i : i + CHUNK])
+    assert info.value.code == "decompression_limit"
+
+
+def test_without_limits_output_is_unbounded():
+    body = gzip.compress(bytes(8 * MiB), 9)
+    assert len(body) * 500 < 8 * MiB
+    assert decode_all("gzip", [body]) == (bytes(8 * MiB), True)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_ratio": 0}, {"max_ratio": -1}, {"max_ratio": 10, "ratio_allowance_bytes": -1}, {"max_output_bytes": -1}],
+)
+def test_invalid_limits_rejected(kwargs):
+    with pytest.raises(ValueError):
+        make_decoder("gzip", **kwargs)

@@ -41,5 +41,10 @@ def get_exchange(
     """The full audit record: request facts, content blocks, tool calls, usage, violations."""
     record = store.get(exchange_id)
     if record is None:
-        raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail=f"no exchange with id {exchange_id!r}")
+        raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail=f"no exchange with id {_shorten(exchange_id)!r}")
     return record
+
+
+def _shorten(value: str, limit: int = 80) -> str:
+    """Echoes at most ``limit`` characters of client input back in error messages."""
+    return value if len(value) <= limit else value[:limit] + "..."
