@@ -217,3 +217,10 @@ def test_record_with_non_object_messages_is_served(store: AuditStore, make_excha
         r = c.get(f"/v1/exchanges/{rec.id}", headers=AUTH)
     assert r.status_code == 200
     assert r.json()["request"]["messages"] == ["hi", {"role": "user", "content": "x"}, 7]
+
+
+def test_not_found_echoes_a_bounded_id(client: TestClient) -> None:
+    """Trial finding: the 404 message echoed a 10,000-character id back."""
+    r = client.get("/v1/exchanges/" + "x" * 10_000, headers=AUTH)
+    assert r.status_code == 404
+    assert _error(r)["message"] == "no exchange with id '" + "x" * 80 + "...'"
