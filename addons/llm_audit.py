@@ -30,12 +30,14 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
 from observer.dialects.base import Dialect, RequestView
+from observer.errors import ObserverError
 from observer.dialects.registry import DialectRegistry, default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
 from observer.redact import redact_path
 from observer.tap import StreamObserver, request_only_record
+from observer.wire.content import LIMIT_CODE, make_decoder
 
 log = logging.getLogger("observer.addon")
 
@@ -190,15 +192,11 @@ class LLMAudit:
         if state is None:
             return
         try:
-            body = flow.request.raw_content
-            if body is None:  # streamed (oversize): nothing to parse
+            raw = flow.request.raw_content
+            if raw is None:  # streamed (oversize): nothing to parse
                 return
-            body = flow.request.get_content(strict=False) or b""
-            if len(body) > self._limits.max_request_bytes:
-                state.exchange.request.body_bytes = len(body)
-                state.violations.append(
-                    Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {len(body)} bytes not parsed")
-                )
+            body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
+            if body is None:
                 return
             facts, violations = state.dialect.parse_request(body)
             state.exchange.request = facts
@@ -257,6 +255,27 @@ class LLMAudit:
         self._finish(state, end, now=time.time(), message=message, status=status)
 
     # ----- helpers -----
+    def _decoded_request(self, raw: bytes, content_encoding: str | None, state: _FlowState) -> bytes | None:
+        """The request body with its Content-Encoding removed, decoded with bounded work and
+        output (``max_request_bytes``, ``max_decode_ratio``: a compressed bomb must not stall
+        the proxy loop); ``None`` with a recorded violation when it cannot be parsed."""
+        limit = self._limits.max_request_bytes
+        try:
+            decoder = make_decoder(content_encoding, max_ratio=self._limits.max_decode_ratio, max_output_bytes=limit)
+            body = decoder.feed(raw) + decoder.close()
+        except ObserverError as exc:
+            state.exchange.request.body_bytes = len(raw)
+            kind = ViolationKind.OVERSIZE_REQUEST if exc.code == LIMIT_CODE else ViolationKind.CONTENT_DECODING_ERROR
+            state.violations.append(Violation(kind, None, f"request body not parsed: {exc}"))
+            return None
+        if len(body) > limit:
+            state.exchange.request.body_bytes = len(body)
+            state.violations.append(
+                Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {len(body)} bytes not parsed")
+            )
+            return None
+        return body
+
     def _pop(self, flow: http.HTTPFlow) -> _FlowState | None:
         """The flow's state, unless it is not observed or was already finished (at shutdown)."""
         self._open.pop(flow.id, None)

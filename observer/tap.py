@@ -59,7 +59,8 @@ class StreamObserver:
         self._decoder: ContentDecoder | None = None
         self._broken = False
         try:
-            self._decoder = make_decoder(content_encoding)
+            # Bounded decoding: a decompression bomb stops observation, never the proxy loop.
+            self._decoder = make_decoder(content_encoding, max_ratio=limits.max_decode_ratio)
         except ObserverError as exc:
             self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))
         self._closed = False

@@ -76,8 +76,9 @@ intermediate data is normally smaller than the final output, but framing overhea
 An inner bomb therefore fails with ``decompression_limit`` too ("intermediate ... output").
 
 Memory: apart from the (bounded) output, each decoder keeps its coding's window state: 32 KiB
-for zlib, up to 16 MiB for brotli and the frame's window for zstd (capped by libzstd's
-default ``window_log_max``); this does not grow with the output.
+for zlib, up to 16 MiB for brotli, and for zstd the window the frame declares (at most
+libzstd's default ``window_log_max``, 128 MiB; RFC 9659 limits HTTP senders to 8 MiB). It does
+not grow with the output and is not counted in the budget.
 
 Cost on the common path: when limits are set, each ``feed`` does a few integer operations
 (O(1), no extra copies of input or output besides joining per-call pieces, as without
@@ -100,9 +101,9 @@ if sys.version_info >= (3, 14):  # pragma: no cover - depends on the interpreter
 else:  # pragma: no cover - depends on the interpreter
     from backports import zstd
 
-__all__ = ["ContentDecoder", "make_decoder"]
+__all__ = ["LIMIT_CODE", "ContentDecoder", "make_decoder"]
 
-LIMIT_CODE = "decompression_limit"
+LIMIT_CODE = "decompression_limit"  # ContentDecodingError.code when a limit is hit
 
 # Largest max_length the C decompressors accept (Py_ssize_t), minus one for the extra byte.
 _MAX_ROOM = sys.maxsize - 1
@@ -174,7 +175,9 @@ class _Base:
 
     __slots__ = ("complete", "_counts_input", "_error", "_factor", "_meter", "_name", "_out", "_slack")
 
-    def __init__(self, name: str, meter: _Meter | None = None, *, counts_input: bool = True, inner: bool = False) -> None:
+    def __init__(
+        self, name: str, meter: _Meter | None = None, *, counts_input: bool = True, inner: bool = False
+    ) -> None:
         self.complete = False
         self._error: ContentDecodingError | None = None
         self._name = name
@@ -202,7 +205,10 @@ class _Base:
         if self._factor == 1:
             msg = f"decoded {self._name} output would exceed {limit}"
         else:
-            msg = f"intermediate {self._name} output of a chain would exceed {self._factor} x {limit} + {self._slack} bytes"
+            msg = (
+                f"intermediate {self._name} output of a chain would exceed"
+                f" {self._factor} x {limit} + {self._slack} bytes"
+            )
         self._error = ContentDecodingError(msg, code=LIMIT_CODE)
         return self._error
 
@@ -221,6 +227,8 @@ class _Base:
             raise self._over()
         # Output below max_length means zlib used up the input (or reached the end of the
         # stream): unconsumed_tail is empty, nothing is pending.
+        if d.unconsumed_tail and not d.eof:  # pragma: no cover - defensive, see above
+            return out + self._inflate(d, d.unconsumed_tail)
         return out
 
     def _flush(self, d: zlib._Decompress) -> bytes:

@@ -280,3 +280,63 @@ def test_oversize_request_records_its_size():
         run_stream(addon, f, [BODY])
         addon.response(f)
     assert sink.records[0].request.body_bytes == len(REQUEST)
+
+
+def test_compressed_request_bomb_is_not_inflated():
+    """Trial finding: a 1 MB gzip request expanding to 1 GiB stalled the proxy 4.5 s. Now the
+    request is decoded with bounded output and flagged oversize_request."""
+    import gzip
+
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_max_request_bytes=1 << 20)
+        f = llm_flow()
+        f.request.headers["content-encoding"] = "gzip"
+        f.request.raw_content = gzip.compress(b" " * (64 << 20))
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.violations[0].kind == "oversize_request"
+    assert "decompression" in rec.violations[0].detail or "exceed" in rec.violations[0].detail
+    assert rec.request.model is None
+    assert rec.text == "The weather in Vienna is 24C and sunny."
+
+
+def test_compressed_request_is_decoded():
+    import gzip
+
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        f.request.headers["content-encoding"] = "gzip"
+        f.request.raw_content = gzip.compress(REQUEST)
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    assert sink.records[0].request.model == "example-model"
+    assert sink.records[0].violations == []
+
+
+def test_response_bomb_stops_observation_not_the_stream():
+    """A gzip response expanding far beyond max_decode_ratio: observation stops with a
+    content_decoding_error, every chunk still passes unchanged."""
+    import zlib
+
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    comp = zlib.compressobj(wbits=31)
+    wire = comp.compress(BODY + b": pad\n" * (8 << 20)) + comp.flush()
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)
+        addon.request(f)
+        f.response = http.Response.make(200, b"", {"content-type": "text/event-stream", "content-encoding": "gzip"})
+        addon.responseheaders(f)
+        chunks = [wire[i : i + 16384] for i in range(0, len(wire), 16384)]
+        assert [f.response.stream(c) for c in chunks] == chunks
+        addon.response(f)
+    (rec,) = sink.records
+    assert [v.kind for v in rec.violations] == ["content_decoding_error"]
+    assert rec.outcome == "unreadable"
+    assert rec.response_bytes == len(wire)

@@ -352,8 +352,6 @@ def test_bomb_stopped_by_ratio_within_budget(coding):
     # What came out before the error is within the budget and is the true plaintext.
     assert len(returned) <= budget
     assert returned == (BOMB_PREFIX + bytes(BOMB_ZEROS))[: len(returned)]
-    if coding not in ("br", "gzip, br"):  # brotli/chains may be a single chunk
-        assert fed < len(body)
     # Failed for good: every later call raises the same error.
     for call in (lambda: d.feed(b"more"), d.close, lambda: d.feed(b"")):
         with pytest.raises(ContentDecodingError) as again:
@@ -361,11 +359,33 @@ def test_bomb_stopped_by_ratio_within_budget(coding):
         assert again.value is exc
 
 
+def _stream_compress(coding: str, parts: list[bytes]) -> bytes:
+    """Compresses ``parts`` as a streaming server does: the compressor flushed after each."""
+    if coding in ("gzip", "deflate", "deflate-raw"):
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "deflate-raw": -zlib.MAX_WBITS}[coding]
+        c = zlib.compressobj(6, zlib.DEFLATED, wbits)
+        return b"".join(c.compress(p) + c.flush(zlib.Z_SYNC_FLUSH) for p in parts) + c.flush()
+    if coding == "br":
+        c = brotli.Compressor(quality=5)
+        return b"".join(c.process(p) + c.flush() for p in parts) + c.finish()
+    if coding == "zstd":
+        c = zstd.ZstdCompressor()
+        return b"".join(c.compress(p, zstd.ZstdCompressor.FLUSH_BLOCK) for p in parts) + c.flush(
+            zstd.ZstdCompressor.FLUSH_FRAME
+        )
+    if coding == "gzip, br":
+        g = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        gz = [g.compress(p) + g.flush(zlib.Z_SYNC_FLUSH) for p in parts]
+        gz[-1] += g.flush()
+        return _stream_compress("br", gz)
+    raise AssertionError(coding)
+
+
 @pytest.mark.parametrize("coding", LIMIT_CODINGS)
 def test_output_before_limit_error_stays_returned(coding):
-    # Small feeds: the ordinary prefix comes out over several feeds before the zeros trip the
-    # limit; those bytes are kept (returned), the failing feed's output is dropped.
-    body = _bomb(coding)
+    # The ordinary prefix comes out over several small feeds before the zeros trip the limit;
+    # those bytes stay returned, the failing feed's output is dropped.
+    body = _stream_compress(coding, [BOMB_PREFIX, bytes(BOMB_ZEROS)])
     d = make_decoder(_decoder_name(coding), max_ratio=RATIO, ratio_allowance_bytes=0)
     returned = bytearray()
     fed = 0
@@ -374,7 +394,7 @@ def test_output_before_limit_error_stays_returned(coding):
             fed += len(body[i : i + 512])
             returned += d.feed(body[i : i + 512])
     assert info.value.code == "decompression_limit"
-    assert 0 < len(returned) <= RATIO * fed
+    assert len(BOMB_PREFIX) // 2 < len(returned) <= RATIO * fed
     assert returned == (BOMB_PREFIX + bytes(BOMB_ZEROS))[: len(returned)]
 
 
@@ -574,3 +594,32 @@ def test_without_limits_output_is_unbounded():
 def test_invalid_limits_rejected(kwargs):
     with pytest.raises(ValueError):
         make_decoder("gzip", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("coding", "body"),
+    [
+        ("gzip", b"not gzip at all"),
+        ("deflate", b"\x78\x9c" + b"\xff" * 20),
+        ("br", b"\xff" * 20),
+        ("br", brotli.compress(b"hello") + b"extra"),
+        ("zstd", zstd.compress(b"hello") + b"garbage!"),
+        ("gzip, br", brotli.compress(b"not gzip")),
+    ],
+)
+def test_corrupt_input_with_limits_is_still_corrupt(coding, body):
+    d = make_decoder(coding, max_ratio=RATIO, max_output_bytes=MiB)
+    with pytest.raises(ContentDecodingError) as info:
+        d.feed(body)
+        d.close()
+    assert info.value.code == "content_decoding_error"
+    with pytest.raises(ContentDecodingError) as again:
+        d.feed(b"more")
+    assert again.value is info.value
+
+
+def test_gzip_trailing_garbage_and_members_with_limits():
+    body = gzip.compress(b"first ") + gzip.compress(b"second") + b"\x00junk"
+    for chunks in ([body], bytewise(body)):
+        d = make_decoder("gzip", max_output_bytes=len(b"first second"))
+        assert (b"".join(d.feed(c) for c in chunks) + d.close(), d.complete) == (b"first second", True)
