@@ -34,7 +34,9 @@ class Settings(BaseSettings):
     proxy_port: int = Field(8080, ge=0, le=65535, description="Port of the forward proxy.")
     api_host: str = Field("127.0.0.1", description="Address the query API binds.")
     api_port: int = Field(8081, ge=0, le=65535, description="Port of the query API.")
-    spool_path: Path | None = Field(None, description="File that keeps records while the database is unreachable.")
+    spool_path: Path | None = Field(
+        None, description="File that keeps records while the database is unreachable. Default: data_dir/spool.jsonl."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -52,6 +54,11 @@ class Settings(BaseSettings):
     def mitmproxy_confdir(self) -> Path:
         """Where mitmproxy keeps its CA (``mitmproxy-ca-cert.pem`` is the file clients trust)."""
         return self.confdir if self.confdir is not None else self.data_dir / "mitmproxy"
+
+    @property
+    def spool_file(self) -> Path:
+        """Where records wait while the database is unreachable (replayed in order on recovery)."""
+        return self.spool_path if self.spool_path is not None else self.data_dir / "spool.jsonl"
 
     @property
     def token_file(self) -> Path:

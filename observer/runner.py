@@ -70,9 +70,7 @@ async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Po
     opts = options.Options(listen_host=settings.proxy_host, listen_port=settings.proxy_port, confdir=str(confdir))
     master = DumpMaster(opts, with_termlog=True, with_dumper=False)
     master.addons.add(LLMAudit())
-    opts.update(observer_db=settings.db, observer_migrate=False)
-    if settings.spool_path is not None:
-        opts.update(observer_spool=str(settings.spool_path))
+    opts.update(observer_db=settings.db, observer_migrate=False, observer_spool=str(settings.spool_file))
     if mitm_sets:
         opts.set(*mitm_sets)
     exit_code = 0

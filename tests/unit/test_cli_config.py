@@ -107,3 +107,8 @@ def test_busy_proxy_port_is_a_clear_error(tmp_path):
         result = CliRunner().invoke(app, ["run", "--proxy-port", str(port), "--api-port", "0", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.output and "--proxy-port" in result.output
+
+
+def test_spool_defaults_into_the_data_folder(tmp_path):
+    assert load_settings(data_dir=tmp_path).spool_file == tmp_path / "spool.jsonl"
+    assert load_settings(data_dir=tmp_path, spool_path=tmp_path / "s.jsonl").spool_file == tmp_path / "s.jsonl"
