@@ -63,7 +63,7 @@ class Reassembler:
 
     def __init__(self, request: RequestFacts, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self._request = request
-        self._declared = request.tool_names
+        self._declared = frozenset(request.tool_names)
         self._request_meta_id = _str_or_none(request.metadata.get("request_id")) if request.metadata else None
         self._limits = limits
         self._max_text_chars = limits.max_stream_text_chars

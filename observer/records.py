@@ -155,6 +155,9 @@ class RequestFacts:
     ``{"type", "media_type", "data_bytes"}`` (decoded size in bytes, base64 payload dropped).
     ``tools``: the declared tool objects. ``parameters`` and ``metadata``: as sent.
     ``extensions``: the namespaced extension keys (values not interpreted, draft §8.3).
+    ``tool_names``: names of the declared tools, normalised by the dialect from its own tool
+    shape (for ``declared`` and ``undeclared_tool``, draft §8.2). ``end_user``: the end-user
+    identifier the request carried, where the vendor has one (``enduser.id``).
     """
 
     version: str | None = None
@@ -166,11 +169,8 @@ class RequestFacts:
     metadata: dict[str, Any] = field(default_factory=dict)
     extensions: list[str] = field(default_factory=list)
     body_bytes: int = 0
-
-    @property
-    def tool_names(self) -> frozenset[str]:
-        """Names of the declared tools (for ``undeclared_tool``, draft §8.2)."""
-        return frozenset(t["name"] for t in self.tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+    tool_names: list[str] = field(default_factory=list)
+    end_user: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,6 +183,8 @@ class RequestFacts:
             "metadata": self.metadata,
             "extensions": self.extensions,
             "body_bytes": self.body_bytes,
+            "tool_names": self.tool_names,
+            "end_user": self.end_user,
         }
 
 

@@ -62,6 +62,7 @@ def upgrade() -> None:
         ),
         sa.Column("request_id", sa.Text(), nullable=True, comment="Request id carried by the stream"),
         sa.Column("request_model", sa.Text(), nullable=True, comment="gen_ai.request.model"),
+        sa.Column("end_user", sa.Text(), nullable=True, comment="enduser.id (as the request carried it)"),
         sa.Column("model", sa.Text(), nullable=True, comment="gen_ai.response.model"),
         sa.Column("input_tokens", sa.BigInteger(), nullable=True, comment="gen_ai.usage.input_tokens"),
         sa.Column("output_tokens", sa.BigInteger(), nullable=True, comment="gen_ai.usage.output_tokens"),
@@ -99,6 +100,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_exchanges_started_at_id", "exchanges", ["started_at", "id"])
     op.create_index("ix_exchanges_host", "exchanges", ["host"])
+    op.create_index("ix_exchanges_end_user", "exchanges", ["end_user"])
     op.create_index("ix_exchanges_model", "exchanges", ["model"])
     op.create_index("ix_exchanges_outcome", "exchanges", ["outcome"])
 
@@ -143,5 +145,6 @@ def downgrade() -> None:
     op.drop_index("ix_exchanges_outcome", table_name="exchanges")
     op.drop_index("ix_exchanges_model", table_name="exchanges")
     op.drop_index("ix_exchanges_host", table_name="exchanges")
+    op.drop_index("ix_exchanges_end_user", table_name="exchanges")
     op.drop_index("ix_exchanges_started_at_id", table_name="exchanges")
     op.drop_table("exchanges")

@@ -75,6 +75,8 @@ class RequestOut(_Schema):
     metadata: dict[str, Any]
     extensions: list[str]
     body_bytes: int
+    tool_names: list[str] = Field(description="Declared tool names, normalised from the dialect's tool shape")
+    end_user: str | None = Field(description="enduser.id: the end-user identifier the request carried")
 
 
 class ExchangeSummary(_Schema):
@@ -93,6 +95,7 @@ class ExchangeSummary(_Schema):
     ttft_s: float | None = Field(description="Seconds from request start to first generated text")
     request_id: str | None
     request_model: str | None = Field(description="gen_ai.request.model")
+    end_user: str | None = Field(description="enduser.id (as the request carried it)")
     model: str | None = Field(description="gen_ai.response.model")
     usage: UsageOut
     stop_reason: str | None

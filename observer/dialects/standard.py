@@ -87,6 +87,7 @@ class StandardDialect:
         tools = doc.get("tools")
         if isinstance(tools, list):
             facts.tools = [t for t in tools if isinstance(t, dict)]
+            facts.tool_names = [t["name"] for t in facts.tools if isinstance(t.get("name"), str)]
         elif tools is not None:
             violations.append(Violation(V.INVALID_REQUEST, None, "tools is not an array"))
         for key in ("parameters", "metadata"):
@@ -100,6 +101,8 @@ class StandardDialect:
             facts.extensions = sorted(str(k) for k in extensions)  # names only; values not interpreted (§8.3)
         elif extensions is not None:
             violations.append(Violation(V.INVALID_REQUEST, None, "extensions is not an object"))
+        user = facts.metadata.get("user_id")
+        facts.end_user = user if isinstance(user, str) else None
         request_id = facts.metadata.get("request_id")
         if request_id is not None and not isinstance(request_id, str):
             violations.append(Violation(V.INVALID_REQUEST, None, "metadata.request_id is not a string"))

@@ -111,6 +111,7 @@ class ExchangeRow(Base):
     )
     request_id: Mapped[str | None] = mapped_column(Text, comment="Request id carried by the stream")
     request_model: Mapped[str | None] = mapped_column(Text, comment="gen_ai.request.model")
+    end_user: Mapped[str | None] = mapped_column(Text, index=True, comment="enduser.id (as the request carried it)")
     model: Mapped[str | None] = mapped_column(Text, index=True, comment="gen_ai.response.model")
     input_tokens: Mapped[int | None] = mapped_column(BigInteger, comment="gen_ai.usage.input_tokens")
     output_tokens: Mapped[int | None] = mapped_column(BigInteger, comment="gen_ai.usage.output_tokens")

@@ -49,7 +49,8 @@ def make_portable(record: Exchange) -> Exchange:
         record.error.code = _clean(record.error.code, "error.code", hits)
         record.error.message = _clean(record.error.message, "error.message", hits)
     req = record.request
-    for name in ("version", "model", "messages", "tools", "parameters", "metadata", "extensions"):
+    for name in ("version", "model", "messages", "tools", "parameters", "metadata", "extensions", "tool_names",
+                 "end_user"):  # fmt: skip
         setattr(req, name, _clean(getattr(req, name), f"request.{name}", hits))
     record.violations = [
         Violation(v.kind, v.seq, _clean(v.detail, "violations.detail", hits)) for v in record.violations

@@ -66,6 +66,7 @@ _SUMMARY_COLUMNS = (
     ExchangeRow.ttft_s,
     ExchangeRow.request_id,
     ExchangeRow.request_model,
+    ExchangeRow.end_user,
     ExchangeRow.model,
     ExchangeRow.input_tokens,
     ExchangeRow.output_tokens,
@@ -247,6 +248,8 @@ def exchange_from_dict(d: Mapping[str, Any]) -> Exchange:
             metadata=req["metadata"],
             extensions=req["extensions"],
             body_bytes=req["body_bytes"],
+            tool_names=req["tool_names"],
+            end_user=req["end_user"],
         ),
         model=d["model"],
         blocks=[
@@ -306,6 +309,7 @@ def _rows_from_records(records: Sequence[Exchange]) -> tuple[list[Item], dict[Fr
                 "ttft_s": r.ttft_s,
                 "request_id": r.request_id,
                 "request_model": r.request_model,
+                "end_user": r.request.end_user,
                 "model": r.model,
                 "input_tokens": r.usage.input_tokens,
                 "output_tokens": r.usage.output_tokens,
@@ -419,6 +423,7 @@ def _summary_from_row(m: Mapping[str, Any]) -> Item:
         "ttft_s": m["ttft_s"],
         "request_id": m["request_id"],
         "request_model": m["request_model"],
+        "end_user": m["end_user"],
         "model": m["model"],
         "usage": {
             "input_tokens": m["input_tokens"],

@@ -139,6 +139,7 @@ def test_list_default_page_and_item(client: TestClient) -> None:
         "ttft_s": None,
         "request_id": None,
         "request_model": None,
+        "end_user": None,
         "model": None,
         "usage": {"input_tokens": 12, "output_tokens": 3, "reported": True},
         "stop_reason": None,

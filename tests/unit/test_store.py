@@ -292,6 +292,7 @@ def test_list_item_shape(store: AuditStore) -> None:
             "ttft_s": 0.412,
             "request_id": "msg_01XFDUDYJgAACzvnptvVoYEL",
             "request_model": "claude-sonnet-4-5",
+            "end_user": None,
             "model": "claude-sonnet-4-5-20250929",
             "usage": {"input_tokens": 1234, "output_tokens": 56, "reported": True},
             "stop_reason": "tool_calls",
