@@ -51,11 +51,12 @@ class _FlowState:
     A plain slotted class, not a dataclass: mitmproxy loads ``-s`` scripts without registering
     them in ``sys.modules``, which ``dataclasses`` needs."""
 
-    __slots__ = ("dialect", "exchange", "finished", "observer", "violations")
+    __slots__ = ("dialect", "exchange", "finished", "observer", "view", "violations")
 
-    def __init__(self, dialect: Dialect, exchange: Exchange) -> None:
+    def __init__(self, dialect: Dialect, exchange: Exchange, view: RequestView) -> None:
         self.dialect = dialect
         self.exchange = exchange
+        self.view = view
         self.observer: StreamObserver | None = None
         self.violations: list[Violation] = []
         self.finished = False
@@ -168,14 +169,13 @@ class LLMAudit:
     # ----- hooks -----
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         try:
-            req = flow.request
-            view = RequestView(req.method, req.host, req.path, {k.lower(): v for k, v in req.headers.items()})
+            view = _request_view(flow)
             dialect = self._registry.classify(view)
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
                 return
-            state = _FlowState(dialect, self._skeleton(flow, dialect))
-            length = req.headers.get("content-length", "")
+            state = _FlowState(dialect, self._skeleton(flow, dialect), view)
+            length = view.headers.get("content-length", "")
             if length.isdigit() and int(length) > self._limits.max_request_bytes:
                 flow.request.stream = True
                 state.exchange.request.body_bytes = int(length)
@@ -198,7 +198,7 @@ class LLMAudit:
             body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
             if body is None:
                 return
-            facts, violations = state.dialect.parse_request(body)
+            facts, violations = state.dialect.parse_request(body, state.view)
             state.exchange.request = facts
             state.violations.extend(violations)
         except Exception as exc:
@@ -207,6 +207,10 @@ class LLMAudit:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         state = flow.metadata.get(METADATA_KEY)
+        try:
+            state = self._reclassify(flow, state)
+        except Exception:
+            self._hook_failed("responseheaders")
         if state is None:
             flow.response.stream = True  # not ours: stream through, never buffer
             return
@@ -219,6 +223,7 @@ class LLMAudit:
             state.observer = StreamObserver(
                 state.dialect,
                 ex,
+                view=state.view,
                 status_code=resp.status_code,
                 content_type=resp.headers.get("content-type"),
                 content_encoding=resp.headers.get("content-encoding"),
@@ -255,6 +260,25 @@ class LLMAudit:
         self._finish(state, end, now=time.time(), message=message, status=status)
 
     # ----- helpers -----
+    def _reclassify(self, flow: http.HTTPFlow, state: _FlowState | None) -> _FlowState | None:
+        """Lets the response headers name the dialect (registry ``classify_response``). A flow
+        first seen here was not recognised by its request, whose body was streamed on unkept:
+        its record has no request facts."""
+        view = state.view if state is not None else _request_view(flow)
+        headers = {k.lower(): v for k, v in flow.response.headers.items()}
+        current = state.dialect if state is not None else None
+        dialect = self._registry.classify_response(view, headers, current)
+        if dialect is None or dialect is current:
+            return state
+        if state is None:
+            state = _FlowState(dialect, self._skeleton(flow, dialect), view)
+            flow.metadata[METADATA_KEY] = state
+            self._open[flow.id] = state
+            return state
+        state.dialect = dialect
+        state.exchange.dialect = dialect.name
+        return state
+
     def _decoded_request(self, raw: bytes, content_encoding: str | None, state: _FlowState) -> bytes | None:
         """The request body with its Content-Encoding removed, decoded with bounded work and
         output (``max_request_bytes``, ``max_decode_ratio``: a compressed bomb must not stall
@@ -343,6 +367,11 @@ class LLMAudit:
     def _hook_failed(self, hook: str) -> None:
         self.hook_errors += 1
         log.error("observer: %s hook failed; the flow passes through unobserved", hook, exc_info=True)
+
+
+def _request_view(flow: http.HTTPFlow) -> RequestView:
+    req = flow.request
+    return RequestView(req.method, req.host, req.path, {k.lower(): v for k, v in req.headers.items()})
 
 
 def _safe_url(url: str) -> str:

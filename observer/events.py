@@ -21,7 +21,9 @@ class StreamStart:
 
 @dataclass(frozen=True, slots=True)
 class ContentDelta:
-    """``content.delta``: ``text`` appended to content block ``index`` (type ``block_type``)."""
+    """``content.delta``: ``text`` appended to content block ``index``. ``block_type`` is
+    ``"text"`` (the answer; joined into the record's ``text``), ``"reasoning"`` (thinking,
+    reasoning summaries) or ``"refusal"``; adapters give each its own block index."""
 
     seq: int | None
     index: int
@@ -51,6 +53,43 @@ class ToolCallEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a streamed tool call (OpenAI ``tool_calls`` deltas, Anthropic
+    ``input_json_delta``, Responses ``function_call_arguments.delta``, AI SDK
+    ``tool-input-delta``). Fragments with the same ``key`` (opaque, chosen by the adapter) are
+    one call, recorded at its first fragment's position: ``index``, ``id`` and ``name`` are
+    taken from the first fragment that carries each (never overwritten), ``arguments``
+    fragments are appended in order."""
+
+    seq: int | None
+    key: str
+    index: int | None
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopEvent:
+    """Why the whole message stopped (vendor stop/finish reasons that are not tied to one
+    content block): ``stop_reason`` canonical (draft §5.3 values where the mapping is exact,
+    else the vendor's), ``stop_reason_raw`` as sent."""
+
+    seq: int | None
+    stop_reason: str | None
+    stop_reason_raw: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEvent:
+    """The model that generated the response, when a dialect learns it outside a
+    ``stream.start`` (e.g. every OpenAI chunk's ``model``); empty names are ignored."""
+
+    seq: int | None
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
 class UsageEvent:
     """``usage``: token counts (tokens; ``None`` = not in this event). Later values replace
     earlier ones (the draft allows several usage events; each carries the totals so far)."""
@@ -77,4 +116,15 @@ class StreamEnd:
     request_id: str | None = None
 
 
-CanonicalEvent = StreamStart | ContentDelta | ContentStop | ToolCallEvent | UsageEvent | ErrorEvent | StreamEnd
+CanonicalEvent = (
+    StreamStart
+    | ContentDelta
+    | ContentStop
+    | ToolCallEvent
+    | ToolCallDelta
+    | StopEvent
+    | ModelEvent
+    | UsageEvent
+    | ErrorEvent
+    | StreamEnd
+)

@@ -24,6 +24,9 @@ class Limits:
     max_stream_text_chars: int = field(default=8 << 20, metadata={"help": "Text kept per stream (chars)."})
     max_request_bytes: int = field(default=16 << 20, metadata={"help": "Request body parsed for the record (bytes)."})
     max_body_bytes: int = field(default=64 << 10, metadata={"help": "Error/non-SSE body kept verbatim (bytes)."})
+    max_json_body_bytes: int = field(
+        default=16 << 20, metadata={"help": "Non-streaming JSON answer parsed for the record (bytes)."}
+    )
     max_violations: int = field(default=1000, metadata={"help": "Violations kept per record (count)."})
     max_tool_calls: int = field(default=1000, metadata={"help": "Tool calls kept per record (count)."})
     max_blocks: int = field(default=1000, metadata={"help": "Content blocks kept per record (count)."})

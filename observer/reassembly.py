@@ -24,8 +24,11 @@ from observer.events import (
     ContentDelta,
     ContentStop,
     ErrorEvent,
+    ModelEvent,
+    StopEvent,
     StreamEnd,
     StreamStart,
+    ToolCallDelta,
     ToolCallEvent,
     UsageEvent,
 )
@@ -71,6 +74,7 @@ class Reassembler:
         self._dropped: Counter[str] = Counter()
         self._blocks: dict[int, _BlockState] = {}
         self._tool_calls: list[ToolCall] = []
+        self._fragments: dict[str, tuple[ToolCall, list[str], int | None]] = {}  # key -> (call, parts, seq)
         self._usage = Usage()
         self._violations: list[Violation] = []
         self._model: str | None = None
@@ -120,6 +124,14 @@ class Reassembler:
                 self._stop_reason_raw = ev.stop_reason_raw
             case ToolCallEvent():
                 self._on_tool_call(ev)
+            case ToolCallDelta():
+                self._on_tool_fragment(ev)
+            case StopEvent():
+                self._stop_reason = ev.stop_reason
+                self._stop_reason_raw = ev.stop_reason_raw
+            case ModelEvent():
+                if ev.model:
+                    self._model = ev.model
             case UsageEvent():
                 # Assign, never add: each usage event carries the totals so far (draft §5.3).
                 if ev.input_tokens is not None:
@@ -154,6 +166,26 @@ class Reassembler:
             self._tool_calls.append(ToolCall(ev.index, ev.id, ev.name, self._take(ev.arguments), declared))
         else:
             self._dropped["tool call"] += 1
+
+    def _on_tool_fragment(self, ev: ToolCallDelta) -> None:
+        entry = self._fragments.get(ev.key)
+        if entry is None:
+            if len(self._tool_calls) >= self._limits.max_tool_calls:
+                self._dropped["tool call fragment"] += 1
+                return
+            call = ToolCall(ev.index, ev.id, ev.name, "", False)
+            self._tool_calls.append(call)
+            entry = self._fragments[ev.key] = (call, [], ev.seq)
+        call, parts, _ = entry
+        if call.index is None:
+            call.index = ev.index
+        if call.id is None:
+            call.id = ev.id
+        if call.name is None:
+            call.name = ev.name
+        arguments = self._take(ev.arguments)
+        if arguments:
+            parts.append(arguments)
 
     def _take(self, text: str) -> str:
         """Returns the part of ``text`` that fits under the per-stream cap."""
@@ -209,6 +241,14 @@ class Reassembler:
             Block(b.index, _block_type(b, tool_indexes), "".join(b.parts), b.stop_reason)
             for b in sorted(self._blocks.values(), key=_index)
         ]
+        for call, parts, seq in self._fragments.values():
+            call.arguments = "".join(parts)
+            call.declared = call.name is not None and call.name in self._declared
+            if not call.declared:
+                self.violation(
+                    Violation(ViolationKind.UNDECLARED_TOOL, seq, f"tool {call.name!r} was not declared in the request")
+                )
+        self._fragments = {}
         exchange.tool_calls = list(self._tool_calls)
         exchange.usage = self._usage
         exchange.stop_reason = self._stop_reason
@@ -249,9 +289,9 @@ _MISSING_END_DETAIL = {
 
 
 def _block_type(b: _BlockState, tool_indexes: set[int | None]) -> str:
-    """A block that carried no text but shares its index with a tool call is that tool call's
-    block (draft §4.8: ``tool.call`` then ``content.stop`` with ``tool_use`` at one index)."""
-    if not b.parts and b.index in tool_indexes:
+    """A block that carried no text, stopped with ``tool_use`` and shares its index with a tool
+    call is that call's block (draft §4.8: ``tool.call`` then ``content.stop`` at one index)."""
+    if not b.parts and b.stop_reason == "tool_use" and b.index in tool_indexes:
         return "tool_use"
     return b.type
 
@@ -266,6 +306,9 @@ def _type_name(ev: CanonicalEvent) -> str:
         ContentDelta: "content.delta",
         ContentStop: "content.stop",
         ToolCallEvent: "tool.call",
+        ToolCallDelta: "tool call fragment",
+        StopEvent: "stop reason",
+        ModelEvent: "model",
         UsageEvent: "usage",
         ErrorEvent: "error",
         StreamEnd: "stream.end",

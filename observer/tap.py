@@ -2,26 +2,25 @@
 
     bytes (as forwarded, still content-encoded)
       -> observer.wire.content decoder (Content-Encoding, RFC 9110 §8.4)
-      -> observer.wire.sse.SSEDecoder (WHATWG event stream interpretation)
+      -> framer chosen by the dialect (observer.wire.frames: SSE, NDJSON, JSON array, whole JSON)
       -> dialect adapter (wire messages -> canonical events)
       -> observer.reassembly.Reassembler (canonical events -> record)
 
 The caller (the mitmproxy addon) supplies every clock reading and must never let an exception
 from ``feed`` reach the proxy: it calls ``fail`` instead and keeps forwarding bytes. Non-2xx
-answers and non-SSE bodies are not parsed; their first ``max_body_bytes`` are kept verbatim.
+answers and bodies the dialect cannot read are not parsed; their first ``max_body_bytes`` are
+kept verbatim.
 """
 
 from __future__ import annotations
 
-from observer.dialects.base import Dialect
+from observer.dialects.base import Dialect, RequestView, media_type
 from observer.errors import ObserverError
 from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
 from observer.records import ErrorInfo, Exchange, Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.wire.content import ContentDecoder, make_decoder
-from observer.wire.sse import SSEDecoder, SSEEvent
-
-SSE_MEDIA_TYPE = "text/event-stream"
+from observer.wire.frames import make_framer
 
 
 class StreamObserver:
@@ -38,6 +37,7 @@ class StreamObserver:
         dialect: Dialect,
         exchange: Exchange,
         *,
+        view: RequestView,
         status_code: int,
         content_type: str | None,
         content_encoding: str | None,
@@ -46,16 +46,22 @@ class StreamObserver:
         self._exchange = exchange
         self._limits = limits
         self._reassembler = Reassembler(exchange.request, limits=limits)
-        self._adapter = dialect.new_adapter(exchange.request)
+        self._adapter = dialect.new_adapter(exchange.request, view)
         self._http_error = not 200 <= status_code < 300
-        media_type = (content_type or "").split(";", 1)[0].strip().lower()
-        self._parse_sse = not self._http_error and media_type == SSE_MEDIA_TYPE
-        if not self._http_error and not self._parse_sse:
+        mtype = media_type(content_type)
+        framing = None if self._http_error else dialect.framing(exchange.request, view, mtype)
+        if not self._http_error and framing is None:
             self._reassembler.violation(
-                Violation(ViolationKind.UNEXPECTED_CONTENT_TYPE, None, f"response Content-Type {media_type!r}")
+                Violation(ViolationKind.UNEXPECTED_CONTENT_TYPE, None, f"response Content-Type {mtype!r}")
             )
-        self._body: bytearray | None = None if self._parse_sse else bytearray()
-        self._sse = SSEDecoder(max_event_bytes=limits.max_event_bytes)
+        self._body: bytearray | None = None if framing is not None else bytearray()
+        self._framer = (
+            None
+            if framing is None
+            else make_framer(
+                framing, max_event_bytes=limits.max_event_bytes, max_json_body_bytes=limits.max_json_body_bytes
+            )
+        )
         self._decoder: ContentDecoder | None = None
         self._broken = False
         try:
@@ -100,17 +106,21 @@ class StreamObserver:
             if room > 0:
                 self._body += plain[:room]
             return
-        for item in self._sse.feed(plain):
+        for item in self._framer.feed(plain):
             self._dispatch(item, now_s)
 
-    def _dispatch(self, item: SSEEvent | Violation, now_s: float) -> None:
+    def _dispatch(self, item: object, now_s: float) -> None:
         r = self._reassembler
         if isinstance(item, Violation):
             r.violation(item)
             if item.kind == ViolationKind.OVERSIZE_EVENT:
                 self._adapter.on_lost()
             return
-        for ev in self._adapter.on_sse(item):
+        self._apply(self._adapter.on_message(item), now_s)
+
+    def _apply(self, items: list, now_s: float) -> None:
+        r = self._reassembler
+        for ev in items:
             if isinstance(ev, Violation):
                 r.violation(ev)
             else:
@@ -137,9 +147,10 @@ class StreamObserver:
             try:
                 tail = self._decoder.close()
                 self._consume(tail, now_s)
-                if self._body is None:
-                    for item in self._sse.close():
+                if self._framer is not None:
+                    for item in self._framer.close():
                         self._dispatch(item, now_s)
+                    self._apply(self._adapter.on_close(), now_s)
             except ObserverError as exc:
                 self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))
             except Exception as exc:  # a bug in our code: record it, never lose the record

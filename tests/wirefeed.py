@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from observer.dialects.base import RequestView
 from observer.dialects.registry import default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
@@ -42,18 +43,21 @@ def observe(
     content_encoding: str | None = None,
     end: EndCause = EndCause.EOF,
     limits: Limits = Limits(),
+    path: str = "/v1/stream",
+    request_headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Feeds ``chunks`` as the response of ``request_body`` and returns the record dict."""
-    registry = default_registry()
-    dialect = next(d for d in registry._dialects if d.name == dialect_name)
-    facts, violations = dialect.parse_request(request_body)
+    """Feeds ``chunks`` as the response of ``request_body`` (sent as ``POST path``) and returns
+    the record dict."""
+    dialect = default_registry().get(dialect_name)
+    view = RequestView("POST", "127.0.0.1", path, {"content-type": "application/json", **(request_headers or {})})
+    facts, violations = dialect.parse_request(request_body, view)
     ex = Exchange(
-        id="test", dialect=dialect.name, host="127.0.0.1", path="/v1/stream", method="POST",
+        id="test", dialect=dialect.name, host="127.0.0.1", path=path, method="POST",
         http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=status,
         request=facts, violations=list(violations),
     )  # fmt: skip
     obs = StreamObserver(
-        dialect, ex, status_code=status, content_type=content_type, content_encoding=content_encoding, limits=limits
+        dialect, ex, view=view, status_code=status, content_type=content_type, content_encoding=content_encoding, limits=limits
     )
     t = T0
     for chunk in chunks:

@@ -1,5 +1,5 @@
-"""The dialect contract: how a wire dialect is recognised, how its request is read, and how
-its response messages map onto canonical events (DESIGN "observer/dialects")."""
+"""The dialect contract: how a wire dialect is recognised, how its request is read, how its
+response is framed, and how its messages map onto canonical events (DESIGN "observer/dialects")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Protocol
 
 from observer.events import CanonicalEvent
 from observer.records import RequestFacts, Violation
-from observer.wire.sse import SSEEvent
+from observer.wire.frames import Framing
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,24 +27,52 @@ class RequestView:
     @property
     def media_type(self) -> str:
         """The ``Content-Type`` without parameters, lower-cased ("" when absent), RFC 9110 §8.3.1."""
-        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        return media_type(self.headers.get("content-type"))
+
+    @property
+    def path_only(self) -> str:
+        """The path without the query string."""
+        return self.path.split("?", 1)[0]
+
+    @property
+    def query(self) -> str:
+        """The query string without ``?`` ("" when absent)."""
+        return self.path.partition("?")[2]
+
+
+def media_type(content_type: str | None) -> str:
+    """``type/subtype`` of a ``Content-Type`` value, lower-cased, parameters dropped."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+class Message(Protocol):
+    """One framed message: SSE events (``observer.wire.sse.SSEEvent``) and the other framings'
+    ``observer.wire.frames.JSONFrame`` both have these."""
+
+    event: str
+    data: str
 
 
 class StreamAdapter(Protocol):
-    """Maps one response's decoded messages onto canonical events (one instance per stream)."""
+    """Maps one response's messages onto canonical events (one instance per response)."""
 
-    def on_sse(self, event: SSEEvent) -> list[CanonicalEvent | Violation]:
-        """Maps one SSE event; returns canonical events and violations in wire order."""
+    def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
+        """Maps one message; returns canonical events and violations in wire order."""
         ...
 
     def on_lost(self) -> None:
-        """A wire event was dropped below the dialect (e.g. ``oversize_event``): its absence
+        """A message was dropped below the dialect (e.g. ``oversize_event``): its absence
         is already recorded and must not count again (e.g. as a ``seq`` gap)."""
+        ...
+
+    def on_close(self) -> list[CanonicalEvent | Violation]:
+        """The body ended (cleanly or not); events implied by the end (e.g. a dialect whose
+        end marker is its last chunk), or ``[]``."""
         ...
 
 
 class Dialect(Protocol):
-    """One wire dialect. Implementations are stateless; per-stream state lives in the adapter."""
+    """One wire dialect. Implementations are stateless; per-response state lives in the adapter."""
 
     name: str
 
@@ -52,10 +80,48 @@ class Dialect(Protocol):
         """True when this dialect speaks for the request (cheap: headers and path only)."""
         ...
 
-    def parse_request(self, body: bytes) -> tuple[RequestFacts, list[Violation]]:
-        """Reads the request body into ``RequestFacts``; never raises on bad input (violations instead)."""
+    def matches_response(self, request: RequestView, response_headers: Mapping[str, str]) -> bool:
+        """True when the response headers (lower-case names) show this dialect, whatever the
+        request looked like (e.g. the AI SDK's ``x-vercel-ai-ui-message-stream``)."""
         ...
 
-    def new_adapter(self, request: RequestFacts) -> StreamAdapter:
-        """A fresh adapter for one response stream of ``request``."""
+    def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
+        """Reads the request into ``RequestFacts``; never raises on bad input (violations instead)."""
         ...
+
+    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+        """How a 2xx response body is framed, from the request and the response media type;
+        ``None`` when this dialect cannot read that media type (``unexpected_content_type``)."""
+        ...
+
+    def new_adapter(self, request: RequestFacts, view: RequestView) -> StreamAdapter:
+        """A fresh adapter for one response of ``request``."""
+        ...
+
+
+class DialectBase:
+    """Defaults for dialects: no response-header recognition; SSE for ``text/event-stream``, the
+    whole body as one JSON message for JSON media types (``application/json``, ``*+json``),
+    unreadable otherwise."""
+
+    name = "base"
+
+    def matches_response(self, request: RequestView, response_headers: Mapping[str, str]) -> bool:
+        return False
+
+    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+        if response_media_type == "text/event-stream":
+            return Framing.SSE
+        if response_media_type == "application/json" or response_media_type.endswith("+json"):
+            return Framing.JSON
+        return None
+
+
+class AdapterBase:
+    """Defaults for adapters: nothing to do for lost messages or at the end."""
+
+    def on_lost(self) -> None:
+        return None
+
+    def on_close(self) -> list[CanonicalEvent | Violation]:
+        return []

@@ -6,7 +6,7 @@ Adding a vendor is adding one module and one entry in ``default_registry`` — n
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from observer.dialects.base import Dialect, RequestView
 
@@ -32,6 +32,24 @@ class DialectRegistry:
             if dialect.matches(request):
                 return dialect
         return None
+
+    def classify_response(
+        self, request: RequestView, response_headers: Mapping[str, str], current: Dialect | None
+    ) -> Dialect | None:
+        """The dialect the response headers (lower-case names) reveal, else ``current``: a
+        response can show a dialect its request did not (e.g. an AI SDK UI stream answering an
+        app-defined ``POST /api/chat``)."""
+        for dialect in self._dialects:
+            if dialect.matches_response(request, response_headers):
+                return dialect
+        return current
+
+    def get(self, name: str) -> Dialect:
+        """The dialect called ``name``; ``KeyError`` if there is none."""
+        for dialect in self._dialects:
+            if dialect.name == name:
+                return dialect
+        raise KeyError(name)
 
 
 def default_registry() -> DialectRegistry:

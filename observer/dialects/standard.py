@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from observer.dialects.base import RequestView
+from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -25,7 +25,7 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.sse import SSEEvent
+from observer.wire.frames import Framing
 
 MEDIA_TYPE = "application/llm-request+json"
 SUPPORTED_VERSION = "1.0"
@@ -36,7 +36,7 @@ BINARY_PART_TYPES = frozenset({"image", "document", "audio"})  # draft §4.3 con
 V = ViolationKind
 
 
-class StandardDialect:
+class StandardDialect(DialectBase):
     """``llm-stream-1.0``: recognised by the request media type alone (draft §4.1), compared
     case-insensitively and with any parameters (``; version=1.0; charset=utf-8``) ignored."""
 
@@ -45,7 +45,11 @@ class StandardDialect:
     def matches(self, request: RequestView) -> bool:
         return request.media_type == MEDIA_TYPE
 
-    def parse_request(self, body: bytes) -> tuple[RequestFacts, list[Violation]]:
+    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+        """Always SSE (draft §4.9: ``text/event-stream``); any other media type is unreadable."""
+        return Framing.SSE if response_media_type == "text/event-stream" else None
+
+    def parse_request(self, body: bytes, request: RequestView | None = None) -> tuple[RequestFacts, list[Violation]]:
         """Reads the request envelope (draft §4.2). Binary content parts are reduced to type,
         media type and decoded size (``data_bytes``); the base64 payload is not kept.
         Never raises: malformed input gives ``invalid_request`` / ``unsupported_version``."""
@@ -108,7 +112,7 @@ class StandardDialect:
             violations.append(Violation(V.INVALID_REQUEST, None, "metadata.request_id is not a string"))
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts) -> StandardAdapter:
+    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> StandardAdapter:
         return StandardAdapter()
 
 
@@ -143,7 +147,7 @@ def base64_decoded_size(data: str) -> int:
     return max(0, chars * 3 // 4 - pad)
 
 
-class StandardAdapter:
+class StandardAdapter(AdapterBase):
     """Per-stream mapping of ``llm-stream-1.0`` SSE events onto canonical events, checking the
     envelope and lifecycle (draft §5.2-§5.4): ``seq`` gaps and repeats, the first event being
     ``stream.start`` with seq 0, the JSON ``type`` matching the SSE ``event`` field, the ``v``
@@ -160,7 +164,7 @@ class StandardAdapter:
     def on_lost(self) -> None:
         self._skipped += 1
 
-    def on_sse(self, event: SSEEvent) -> list[CanonicalEvent | Violation]:
+    def on_message(self, event: Message) -> list[CanonicalEvent | Violation]:
         out: list[CanonicalEvent | Violation] = []
         try:
             obj = orjson.loads(event.data)
