@@ -1,9 +1,18 @@
-"""Test helpers: run a wire fixture through the whole sans-IO pipeline in a given chunking."""
+"""Test helpers: run a wire fixture through the whole sans-IO pipeline in a given chunking.
+
+Fixture layout (``tests/fixtures/wire/<dialect name>/``), per case:
+``<case>.<sse|ndjson|json|txt>`` the response body exactly as on the wire; ``<case>.request.json``
+the request body (optional); ``<case>.expected.json`` the expected record subset, written by
+hand; ``<case>.meta.json`` (optional) ``{"path", "status", "content_type", "content_encoding",
+"request_headers", "response_headers", "end"}`` when the defaults do not fit; a folder's
+``_defaults.meta.json`` gives defaults for all its cases.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,20 +26,83 @@ from observer.tap import StreamObserver
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 T0 = 1_749_292_800.0  # request start, epoch seconds
+BODY_TYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".json": "application/json",
+              ".txt": "text/plain"}  # fmt: skip
+
+
+@dataclass
+class Case:
+    """One wire fixture: bodies, the hand-written expectation and how it was exchanged."""
+
+    dialect: str
+    name: str
+    body: bytes
+    request: bytes
+    expected: dict[str, Any]
+    path: str = "/v1/stream"
+    status: int = 200
+    content_type: str = "text/event-stream"
+    content_encoding: str | None = None
+    request_headers: dict[str, str] = field(default_factory=dict)
+    response_headers: dict[str, str] = field(default_factory=dict)
+    end: EndCause = EndCause.EOF
+
+
+def load(dialect: str, name: str) -> Case:
+    d = FIXTURES / dialect
+    bodies = [p for p in d.glob(f"{name}.*") if p.suffix in BODY_TYPES and not p.name.endswith((".request.json",
+              ".expected.json", ".meta.json"))]  # fmt: skip
+    assert len(bodies) == 1, f"{dialect}/{name}: expected one body file, found {bodies}"
+    body = bodies[0]
+    req = d / f"{name}.request.json"
+    meta_path = d / f"{name}.meta.json"
+    defaults_path = d / "_defaults.meta.json"
+    meta = json.loads(defaults_path.read_text()) if defaults_path.exists() else {}
+    meta.update(json.loads(meta_path.read_text()) if meta_path.exists() else {})
+    return Case(
+        dialect=dialect,
+        name=name,
+        body=body.read_bytes(),
+        request=req.read_bytes() if req.exists() else b"",
+        expected=json.loads((d / f"{name}.expected.json").read_text(encoding="utf-8")),
+        path=meta.get("path", "/v1/stream"),
+        status=meta.get("status", 200),
+        content_type=meta.get("content_type", BODY_TYPES[body.suffix]),
+        content_encoding=meta.get("content_encoding"),
+        request_headers=meta.get("request_headers", {}),
+        response_headers=meta.get("response_headers", {}),
+        end=EndCause(meta.get("end", "eof")),
+    )
 
 
 def load_case(dialect: str, case: str) -> tuple[bytes, bytes, dict[str, Any]]:
     """(response body bytes, request body bytes, hand-written expected record subset)."""
-    d = FIXTURES / dialect
-    return (
-        (d / f"{case}.sse").read_bytes(),
-        (d / f"{case}.request.json").read_bytes(),
-        json.loads((d / f"{case}.expected.json").read_text(encoding="utf-8")),
-    )
+    c = load(dialect, case)
+    return c.body, c.request, c.expected
 
 
 def cases(dialect: str) -> list[str]:
     return sorted(p.name.removesuffix(".expected.json") for p in (FIXTURES / dialect).glob("*.expected.json"))
+
+
+def dialect_dirs() -> list[str]:
+    """Fixture folders named after a registered dialect."""
+    names = set(default_registry().names)
+    return sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and p.name in names)
+
+
+def view_of(case: Case) -> RequestView:
+    headers = {"content-type": "application/json", **{k.lower(): v for k, v in case.request_headers.items()}}
+    return RequestView("POST", "127.0.0.1", case.path, headers)
+
+
+def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = Limits()) -> dict[str, Any]:
+    """Feeds ``chunks`` as the response of ``case`` and returns the record dict."""
+    return observe(
+        case.dialect, case.request, chunks, status=case.status, content_type=case.content_type,
+        content_encoding=case.content_encoding, end=case.end, limits=limits, path=case.path,
+        request_headers=case.request_headers,
+    )  # fmt: skip
 
 
 def observe(
@@ -57,8 +129,9 @@ def observe(
         request=facts, violations=list(violations),
     )  # fmt: skip
     obs = StreamObserver(
-        dialect, ex, view=view, status_code=status, content_type=content_type, content_encoding=content_encoding, limits=limits
-    )
+        dialect, ex, view=view, status_code=status, content_type=content_type, content_encoding=content_encoding,
+        limits=limits,
+    )  # fmt: skip
     t = T0
     for chunk in chunks:
         t += 0.01
@@ -72,7 +145,7 @@ def assert_matches(record: dict[str, Any], expected: dict[str, Any]) -> None:
         got = record[key]
         if key == "violations":
             assert [(v["kind"], v["seq"]) for v in got] == [(v["kind"], v["seq"]) for v in want], got
-            for g, w in zip(got, want):
+            for g, w in zip(got, want, strict=True):
                 if w["detail"] != "*":
                     assert g["detail"] == w["detail"]
         else:
@@ -82,4 +155,4 @@ def assert_matches(record: dict[str, Any], expected: dict[str, Any]) -> None:
 def split_at(data: bytes, points: Iterable[int]) -> list[bytes]:
     """``data`` cut at the given offsets (any order, duplicates and out-of-range ignored)."""
     cuts = sorted({p for p in points if 0 < p < len(data)})
-    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]

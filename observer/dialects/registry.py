@@ -53,7 +53,26 @@ class DialectRegistry:
 
 
 def default_registry() -> DialectRegistry:
-    """The registry with every built-in dialect, standard first."""
+    """The registry with every built-in dialect in match order: the standard media type first
+    (draft §4.1: it identifies LLM traffic without heuristics), then vendor formats by path
+    (vendor-wire-formats §1 "practical detection order"); the AI SDK UI stream is recognised by
+    its response header."""
+    from observer.dialects.anthropic import AnthropicDialect
+    from observer.dialects.gemini import GeminiDialect
+    from observer.dialects.ollama import OllamaDialect
+    from observer.dialects.openai_chat import OpenAIChatDialect
+    from observer.dialects.openai_responses import OpenAIResponsesDialect
     from observer.dialects.standard import StandardDialect
+    from observer.dialects.vercel import VercelUIDialect
 
-    return DialectRegistry([StandardDialect()])
+    return DialectRegistry(
+        [
+            StandardDialect(),
+            OpenAIChatDialect(),
+            OpenAIResponsesDialect(),
+            AnthropicDialect(),
+            GeminiDialect(),
+            OllamaDialect(),
+            VercelUIDialect(),
+        ]
+    )
