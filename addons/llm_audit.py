@@ -277,6 +277,13 @@ class LLMAudit:
             return state
         state.dialect = dialect
         state.exchange.dialect = dialect.name
+        raw = flow.request.raw_content
+        if raw is not None:  # read the request again, the way the dialect the response revealed reads it
+            violations: list[Violation] = []
+            body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
+            if body is not None:
+                state.exchange.request, violations = dialect.parse_request(body, state.view)
+            state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST] + violations
         return state
 
     def _decoded_request(self, raw: bytes, content_encoding: str | None, state: _FlowState) -> bytes | None:

@@ -1,17 +1,294 @@
-"""Ollama native ``/api/chat`` and ``/api/generate`` (NDJSON).
+"""Ollama's native API: ``POST /api/chat`` and ``POST /api/generate``, streamed as NDJSON.
 
-Placeholder: recognises nothing yet (being written).
+Sources: ollama ``docs/api.md`` ("Conventions: Streaming responses", "Generate a completion",
+"Generate a chat completion": parameters, streamed and final objects, ``done_reason`` values
+``stop``/``length``/``load``/``unload``, tool calls with object ``arguments``), ollama
+``server/routes.go`` ``streamResponse`` (``application/x-ndjson``, one JSON object per line; an
+error after the first byte is one ``{"error": "..."}`` line, then the stream ends; before it,
+an HTTP error status with an ``application/json`` body), ollama ``openai/openai.go``
+``ToChunk``/``ToChatCompletion`` (Ollama's own mapping of a response that produced tool calls
+to finish reason ``tool_calls``); vendor-wire-formats §6.
+
+Streaming is the default: a request is streamed unless it says ``"stream": false``, in which
+case the answer is one ``application/json`` object of the same shape as the final line.
 """
 
 from __future__ import annotations
 
-from observer.dialects.base import DialectBase, RequestView
+from typing import Any
+
+import orjson
+
+from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.standard import base64_decoded_size
+from observer.dialects.vercel import is_ui_request, parse_ui_request
+from observer.events import (
+    CanonicalEvent,
+    ContentDelta,
+    ErrorEvent,
+    ModelEvent,
+    StopEvent,
+    StreamEnd,
+    ToolCallEvent,
+    UsageEvent,
+)
+from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.frames import Framing
+
+PATHS = ("/api/chat", "/api/generate")
+NDJSON_MEDIA_TYPES = frozenset({"application/x-ndjson", "application/ndjson"})
+TEXT_BLOCK = 0  # message.content / response
+REASONING_BLOCK = 1  # message.thinking / thinking
+# done_reason -> draft stop reason where the meaning is the same; others (load, unload) kept raw.
+DONE_REASONS = {"stop": "end_turn", "length": "max_tokens"}
+TOOL_USE = "tool_use"  # a `stop` answer that produced tool calls (as Ollama's openai.go does)
+# Top-level request fields that are generation settings (recorded in `parameters` beside `options`).
+TOP_LEVEL_PARAMETERS = ("format", "think", "keep_alive", "raw", "logprobs", "top_logprobs")
+INT64_MAX = 2**63 - 1  # token counts must fit the store's BIGINT; larger ones are invalid
+
+V = ViolationKind
+Out = list[CanonicalEvent | Violation]
 
 
 class OllamaDialect(DialectBase):
-    """Ollama native ``/api/chat`` and ``/api/generate`` (NDJSON)."""
+    """Ollama ``/api/chat`` and ``/api/generate``, recognised by a POST whose path (query
+    stripped) ends with one of them, so a path prefix (``/ollama/api/chat``) is fine.
+
+    AI SDK apps also serve ``POST /api/chat``; their responses are claimed by
+    ``VercelUIDialect`` from the response header, after this match, but the request facts are
+    read here: an AI SDK body (``is_ui_request``) is read as one (``parse_ui_request``)."""
 
     name = "ollama"
 
     def matches(self, request: RequestView) -> bool:
-        return False
+        return request.method.upper() == "POST" and request.path_only.rstrip("/").endswith(PATHS)
+
+    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+        """NDJSON for ``application/x-ndjson`` (streamed), the whole body for
+        ``application/json`` (``"stream": false``); anything else is unreadable."""
+        if response_media_type in NDJSON_MEDIA_TYPES:
+            return Framing.NDJSON
+        if response_media_type == "application/json":
+            return Framing.JSON
+        return None
+
+    def parse_request(self, body: bytes, request: RequestView | None = None) -> tuple[RequestFacts, list[Violation]]:
+        """Reads a chat (``messages``) or generate (``prompt``, ``system``, ``images``) request.
+
+        Recorded: ``model``; ``stream`` (``True`` unless ``"stream": false``); ``messages`` as
+        sent with base64 ``images`` replaced by ``[{"data_bytes": N}]`` (a generate request
+        becomes ``[system?, {"role": "user", "content": prompt, "images"?, "suffix"?}]``);
+        ``tools`` (OpenAI-style ``{"type": "function", "function": {"name"}}``) and their names;
+        ``parameters``: every ``options`` entry plus ``TOP_LEVEL_PARAMETERS``.
+
+        Violations (``invalid_request``) only for what Ollama itself rejects by type: a body
+        that is not a JSON object, and fields present with the wrong type. Missing fields are
+        not flagged (Ollama answers them with an HTTP error, recorded as such), and a body
+        shaped like an AI SDK UI request gets none. Never raises.
+        """
+        facts = RequestFacts(body_bytes=len(body), stream=True)
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
+        if not isinstance(doc, dict):
+            return facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+        if is_ui_request(doc):
+            return parse_ui_request(body), []
+        violations: list[Violation] = []
+        facts.model = _typed(doc, "model", str, violations)
+        stream = _typed(doc, "stream", bool, violations)
+        facts.stream = True if doc.get("stream") is None else stream  # absent or null: streamed
+        generate = request is not None and request.path_only.rstrip("/").endswith("/api/generate")
+        if generate or ("prompt" in doc and "messages" not in doc):
+            facts.messages = _generate_messages(doc, violations)
+        else:
+            facts.messages = _chat_messages(doc, violations)
+        tools = _typed(doc, "tools", list, violations)
+        if tools is not None:
+            facts.tools = [t for t in tools if isinstance(t, dict)]
+            facts.tool_names = [n for n in map(_tool_name, facts.tools) if n is not None]
+        options = _typed(doc, "options", dict, violations)
+        facts.parameters = dict(options or {})
+        facts.parameters.update({k: doc[k] for k in TOP_LEVEL_PARAMETERS if k in doc})
+        return facts, violations
+
+    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> OllamaAdapter:
+        return OllamaAdapter()
+
+
+def _typed(doc: dict[str, Any], key: str, kind: type, violations: list[Violation]) -> Any:
+    """``doc[key]`` if it has type ``kind``; ``None`` if absent or null; else ``None`` and an
+    ``invalid_request`` violation (``bool`` is not accepted as an ``int``: JSON keeps them apart)."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, kind):
+        return value
+    violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not {_JSON_NAMES[kind]}"))
+    return None
+
+
+_JSON_NAMES = {str: "a string", bool: "a boolean", list: "an array", dict: "an object"}
+
+
+def _images(images: Any) -> Any:
+    """Base64 images as ``{"data_bytes": N}`` (decoded size); non-strings kept as sent."""
+    if not isinstance(images, list):
+        return images
+    return [{"data_bytes": base64_decoded_size(i)} if isinstance(i, str) else i for i in images]
+
+
+def _chat_message(m: Any) -> Any:
+    if not isinstance(m, dict) or "images" not in m:
+        return m
+    return {**m, "images": _images(m["images"])}
+
+
+def _chat_messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
+    messages = _typed(doc, "messages", list, violations)
+    if messages is None:
+        return []
+    bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
+    if bad:
+        violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
+    return [_chat_message(m) for m in messages]
+
+
+def _generate_messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
+    prompt = _typed(doc, "prompt", str, violations)
+    system = _typed(doc, "system", str, violations)
+    suffix = _typed(doc, "suffix", str, violations)
+    messages: list[Any] = [{"role": "system", "content": system}] if system is not None else []
+    if prompt is None and "images" not in doc:
+        return messages
+    user: dict[str, Any] = {"role": "user", "content": prompt or ""}
+    if "images" in doc:
+        user["images"] = _images(doc["images"])
+    if suffix is not None:
+        user["suffix"] = suffix
+    messages.append(user)
+    return messages
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
+class OllamaAdapter(AdapterBase):
+    """Maps Ollama response objects (NDJSON lines, or the one ``stream: false`` object) onto
+    canonical events; one instance per response.
+
+    Per object: ``model`` -> ``ModelEvent`` (when it changes); ``message.thinking`` (chat) /
+    ``thinking`` (generate) -> reasoning block ``REASONING_BLOCK``; ``message.content`` /
+    ``response`` -> text block ``TEXT_BLOCK`` (empty strings emit nothing);
+    ``message.tool_calls`` -> one complete ``ToolCallEvent`` each, numbered in order of arrival
+    across the stream, ``id`` when present, ``function.arguments`` (an object) serialised as
+    compact JSON with orjson (a string is kept as sent). ``done: true`` -> ``StopEvent`` from
+    ``done_reason`` (``stop`` -> ``end_turn``, or ``tool_use`` when the response produced tool
+    calls, since Ollama reports ``stop`` for those too; ``length`` -> ``max_tokens``; others
+    raw; none when absent), ``UsageEvent`` (``prompt_eval_count`` input,
+    ``eval_count`` output, tokens), then ``StreamEnd``. ``{"error": "..."}`` -> ``ErrorEvent``
+    with code ``None``; Ollama closes the stream after it, so no ``StreamEnd`` follows.
+    """
+
+    def __init__(self) -> None:
+        self._model: str | None = None
+        self._tool_calls = 0
+
+    def on_message(self, message: Message) -> Out:
+        out: Out = []
+        if not message.data.strip():
+            return out
+        try:
+            obj = orjson.loads(message.data)
+        except orjson.JSONDecodeError as exc:
+            out.append(Violation(V.INVALID_JSON, None, f"NDJSON line: {exc}"))
+            return out
+        if not isinstance(obj, dict):
+            out.append(Violation(V.INVALID_EVENT, None, "NDJSON line is not a JSON object"))
+            return out
+        if "error" in obj:
+            error = obj["error"]
+            out.append(ErrorEvent(None, None, error if isinstance(error, str) else orjson.dumps(error).decode()))
+            return out
+        self._model_event(obj, out)
+        self._content(obj, out)
+        done = obj.get("done")
+        if done is True:
+            self._done(obj, out)
+        elif done is not None and done is not False:
+            out.append(Violation(V.INVALID_EVENT, None, "done is not a boolean"))
+        return out
+
+    def _model_event(self, obj: dict[str, Any], out: Out) -> None:
+        model = obj.get("model")
+        if isinstance(model, str) and model and model != self._model:
+            self._model = model
+            out.append(ModelEvent(None, model))
+
+    def _content(self, obj: dict[str, Any], out: Out) -> None:
+        source = obj
+        if "message" in obj:
+            source = obj["message"]
+            if not isinstance(source, dict):
+                out.append(Violation(V.INVALID_EVENT, None, "message is not an object"))
+                return
+        text_key = "content" if source is not obj else "response"
+        _delta(source, "thinking", REASONING_BLOCK, "reasoning", out)
+        _delta(source, text_key, TEXT_BLOCK, "text", out)
+        calls = source.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                self._tool_call(call, out)
+        elif calls is not None:
+            out.append(Violation(V.INVALID_EVENT, None, "tool_calls is not an array"))
+
+    def _tool_call(self, call: Any, out: Out) -> None:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            out.append(Violation(V.INVALID_EVENT, None, "tool call without a function object"))
+            return
+        name = function.get("name")
+        if not isinstance(name, str):
+            out.append(Violation(V.INVALID_EVENT, None, "tool call function.name is not a string"))
+            name = None
+        args = function.get("arguments")
+        arguments = args if isinstance(args, str) else "" if args is None else orjson.dumps(args).decode()
+        call_id = call.get("id")
+        call_id = call_id if isinstance(call_id, str) else None
+        out.append(ToolCallEvent(None, self._tool_calls, call_id, name, arguments))
+        self._tool_calls += 1
+
+    def _done(self, obj: dict[str, Any], out: Out) -> None:
+        reason = obj.get("done_reason")
+        if isinstance(reason, str) and reason:
+            canonical = TOOL_USE if reason == "stop" and self._tool_calls else DONE_REASONS.get(reason, reason)
+            out.append(StopEvent(None, canonical, reason))
+        elif reason is not None:
+            out.append(Violation(V.INVALID_EVENT, None, "done_reason is not a string"))
+        inp, outp = _count(obj, "prompt_eval_count", out), _count(obj, "eval_count", out)
+        if inp is not None or outp is not None:
+            out.append(UsageEvent(None, inp, outp))
+        out.append(StreamEnd(None))
+
+
+def _delta(source: dict[str, Any], key: str, index: int, block_type: str, out: Out) -> None:
+    text = source.get(key)
+    if isinstance(text, str):
+        if text:
+            out.append(ContentDelta(None, index, text, block_type))
+    elif text is not None:
+        out.append(Violation(V.INVALID_EVENT, None, f"{key} is not a string"))
+
+
+def _count(obj: dict[str, Any], key: str, out: Out) -> int | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX:
+        return v
+    out.append(Violation(V.INVALID_EVENT, None, f"{key} is not an integer in 0..2^63-1"))
+    return None
