@@ -67,7 +67,7 @@ class Reassembler:
     def __init__(self, request: RequestFacts, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self._request = request
         self._declared = frozenset(request.tool_names)
-        self._request_meta_id = _str_or_none(request.metadata.get("request_id")) if request.metadata else None
+        self._request_meta_id = request.request_id  # the client's correlation id (draft §4.6), if the dialect has one
         self._limits = limits
         self._max_text_chars = limits.max_stream_text_chars
         self._text_chars = 0
@@ -314,6 +314,3 @@ def _type_name(ev: CanonicalEvent) -> str:
         StreamEnd: "stream.end",
     }[type(ev)]
 
-
-def _str_or_none(v: object) -> str | None:
-    return v if isinstance(v, str) else None

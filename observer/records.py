@@ -57,6 +57,7 @@ class ViolationKind(enum.StrEnum):
     UNTERMINATED_FINAL_EVENT = "unterminated_final_event"
     OVERSIZE_EVENT = "oversize_event"
     OBSERVER_ERROR = "observer_error"
+    REUSED_TOOL_INDEX = "reused_tool_index"
     REQUEST_ID_MISMATCH = "request_id_mismatch"
     INVALID_EVENT = "invalid_event"
     INVALID_REQUEST = "invalid_request"
@@ -157,7 +158,9 @@ class RequestFacts:
     ``extensions``: the namespaced extension keys (values not interpreted, draft §8.3).
     ``tool_names``: names of the declared tools, normalised by the dialect from its own tool
     shape (for ``declared`` and ``undeclared_tool``, draft §8.2). ``end_user``: the end-user
-    identifier the request carried, where the vendor has one (``enduser.id``).
+    identifier the request carried, where the vendor has one (``enduser.id``). ``request_id``:
+    the client's own correlation id where the dialect defines one (draft §4.6
+    ``metadata.request_id``; vendor metadata is free-form and defines none).
     """
 
     version: str | None = None
@@ -171,6 +174,7 @@ class RequestFacts:
     body_bytes: int = 0
     tool_names: list[str] = field(default_factory=list)
     end_user: str | None = None
+    request_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,7 +189,26 @@ class RequestFacts:
             "body_bytes": self.body_bytes,
             "tool_names": self.tool_names,
             "end_user": self.end_user,
+            "request_id": self.request_id,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestFacts:
+        """The inverse of ``to_dict``; keys missing from older records take their defaults."""
+        return cls(
+            version=d.get("version"),
+            stream=d.get("stream"),
+            model=d.get("model"),
+            messages=d.get("messages", []),
+            tools=d.get("tools", []),
+            parameters=d.get("parameters", {}),
+            metadata=d.get("metadata", {}),
+            extensions=d.get("extensions", []),
+            body_bytes=d.get("body_bytes", 0),
+            tool_names=d.get("tool_names", []),
+            end_user=d.get("end_user"),
+            request_id=d.get("request_id"),
+        )
 
 
 def rfc3339(ts: datetime | None) -> str | None:

@@ -176,9 +176,7 @@ def request_only_record(exchange: Exchange, end: EndCause, *, now_s: float, tran
     """
     exchange.ended_at = utc_from_epoch(now_s)
     exchange.transport_error = transport_error
-    request_id = exchange.request.metadata.get("request_id") if exchange.request.metadata else None
-    if isinstance(request_id, str):
-        exchange.request_id = request_id
+    exchange.request_id = exchange.request.request_id
     if end is EndCause.CLIENT_ABORTED:
         exchange.outcome = Outcome.CLIENT_ABORTED
     elif end is EndCause.SHUTDOWN:

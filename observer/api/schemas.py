@@ -77,6 +77,7 @@ class RequestOut(_Schema):
     body_bytes: int
     tool_names: list[str] = Field(description="Declared tool names, normalised from the dialect's tool shape")
     end_user: str | None = Field(description="enduser.id: the end-user identifier the request carried")
+    request_id: str | None = Field(description="The client's own correlation id (draft §4.6 metadata.request_id)")
 
 
 class ExchangeSummary(_Schema):

@@ -1,17 +1,319 @@
-"""OpenAI Chat Completions (``/v1/chat/completions`` and compatible servers).
+"""OpenAI Chat Completions (``POST …/chat/completions``) and the servers that copy it: OpenAI,
+Azure OpenAI, OpenRouter, vLLM, SGLang, llama.cpp, Ollama ``/v1``, Mistral, DeepSeek, Groq, ….
 
-Placeholder: recognises nothing yet (being written).
+Sources: OpenAI API reference "Chat Completions" (create request; ``chat.completion`` and
+``chat.completion.chunk`` objects; ``stream_options.include_usage``: every chunk has
+``"usage": null`` and one extra chunk with ``choices: []`` carries the totals before
+``data: [DONE]``); vendor-wire-formats §1 (identification; Azure deployment path), §2 (wire shape,
+reassembly rules, errors), §9 (compatible-server quirks: OpenRouter comments and in-band errors,
+Azure filter chunks, vLLM ``{"object":"error"}``, Ollama #15457 reused tool index, Fireworks
+repeated ids, Mistral ``"id":"null"``, reasoning fields of DeepSeek/vLLM/OpenRouter).
+
+Stop reasons (``finish_reason`` -> canonical, draft §5.3 where the meaning is the same):
+``stop`` -> ``end_turn``, ``length`` -> ``max_tokens``, ``tool_calls`` -> ``tool_use``,
+``function_call`` (legacy) -> ``tool_use``, ``content_filter`` -> ``content_filter``; any other
+value (OpenRouter ``error``, servers' own) is kept as sent. ``stop_reason_raw`` is always the
+vendor's value.
+
+llama.cpp's old non-standard ``error:`` SSE field (before Sept. 2025) is dropped by the SSE
+layer as WHATWG prescribes for unknown fields; such a stream then looks like one that ended
+with ``data: [DONE]`` and no error.
 """
 
 from __future__ import annotations
 
-from observer.dialects.base import DialectBase, RequestView
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from observer.dialects._openai_common import (
+    arguments,
+    call_id,
+    count,
+    error_event,
+    is_int,
+    load_object,
+    read_envelope,
+    read_tools,
+    reduce_binary,
+    text,
+)
+from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.events import (
+    CanonicalEvent,
+    ContentDelta,
+    ModelEvent,
+    StopEvent,
+    StreamEnd,
+    StreamStart,
+    ToolCallDelta,
+    ToolCallEvent,
+    UsageEvent,
+)
+from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.frames import JSONFrame
+
+V = ViolationKind
+REUSED_TOOL_INDEX = "reused_tool_index"  # not yet in ViolationKind
+
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "content_filter",
+}
+REASONING_BLOCK = 1000  # block index of choice c's reasoning text: 1000 + c
+REFUSAL_BLOCK = 2000  # block index of choice c's refusal text: 2000 + c
+_AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/([^/]+)/(?:extensions/)?chat/completions/?$")
+_OWN_FIELDS = ("messages", "functions")
 
 
 class OpenAIChatDialect(DialectBase):
-    """OpenAI Chat Completions (``/v1/chat/completions`` and compatible servers)."""
+    """OpenAI Chat Completions: any ``POST`` whose path (query excluded) ends in
+    ``/chat/completions`` — ``/v1/…`` (OpenAI and compatible servers), OpenRouter
+    ``/api/v1/…``, Azure ``/openai/deployments/{deployment}/…`` and ``/openai/v1/…``. The host
+    is not looked at (vendor-wire-formats §1). Responses: SSE (``text/event-stream``) or one
+    JSON object (``application/json``, non-streaming requests)."""
 
     name = "openai.chat"
 
     def matches(self, request: RequestView) -> bool:
-        return False
+        return request.method.upper() == "POST" and request.path_only.rstrip("/").endswith("/chat/completions")
+
+    def parse_request(self, body: bytes, request: RequestView | None = None) -> tuple[RequestFacts, list[Violation]]:
+        """Reads a chat-completions request body.
+
+        - ``model``: the body's ``model``; when absent, the Azure deployment name from the path
+          ``/openai/deployments/{deployment}/chat/completions`` (or ``…/extensions/chat/…``,
+          "On Your Data"; URL-decoded): Azure routes by deployment and the body may omit it.
+        - ``messages``: as sent, inline binary payloads reduced to ``data_bytes``
+          (``_openai_common.reduce_binary``).
+        - ``tools``: ``tools`` then legacy ``functions``, as sent; ``tool_names`` from
+          ``function.name`` (``{type:"function"}``), ``custom.name`` (``{type:"custom"}``) or a
+          legacy function's ``name``.
+        - ``stream``: absent means ``False``; ``parameters``: every other top-level key
+          (temperature, max_tokens, stop, response_format, tool_choice, stream_options, …);
+          ``metadata``; ``end_user``: ``safety_identifier`` else ``user``.
+        Never raises: problems are ``invalid_request`` violations.
+        """
+        doc, facts, violations = read_envelope(body, _OWN_FIELDS)
+        if doc is None:
+            return facts, violations
+        if facts.model is None and request is not None:
+            match = _AZURE_DEPLOYMENT.search(request.path_only)
+            if match:
+                facts.model = unquote(match.group(1))
+        if facts.model is None and "model" not in doc:
+            violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: model"))
+        messages = doc.get("messages")
+        if isinstance(messages, list):
+            facts.messages = [reduce_binary(m) for m in messages]
+            bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
+            if bad:
+                violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
+        elif messages is None:
+            violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: messages"))
+        else:
+            violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
+        facts.tools = read_tools(doc, "tools", violations) + read_tools(doc, "functions", violations)
+        facts.tool_names = [n for n in (_tool_name(t) for t in facts.tools) if n is not None]
+        return facts, violations
+
+    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> OpenAIChatAdapter:
+        return OpenAIChatAdapter()
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    """``function.name`` / ``custom.name`` of a tool, or ``name`` of a legacy function."""
+    for key in ("function", "custom"):
+        inner = tool.get(key)
+        if isinstance(inner, dict):
+            return text(inner.get("name"))
+    return text(tool.get("name"))
+
+
+@dataclass(slots=True)
+class _OpenCall:
+    key: str  # the ToolCallDelta key of the call open at one (choice, tool index)
+    id: str | None
+
+
+class OpenAIChatAdapter(AdapterBase):
+    """Maps chat-completion chunks (SSE ``data:`` events) or one ``chat.completion`` object
+    (whole-body JSON) onto canonical events. No sequence numbers: every event has ``seq=None``.
+
+    - Start/model: the first chunk with a non-empty ``id`` or ``model`` gives ``StreamStart``
+      (``request_id`` = the completion ``id``); a later different non-empty ``model`` gives a
+      ``ModelEvent``. Azure's filter chunks (``id``/``model`` ``""``) give neither.
+    - Text: ``delta.content`` of choice ``c`` in block ``c``; reasoning (``reasoning_content``,
+      DeepSeek/vLLM, else ``reasoning``, OpenRouter/newer vLLM) in block ``1000 + c``; refusal in
+      block ``2000 + c``. Empty and null values are skipped.
+    - Tool calls: fragments keyed by (choice, ``tool_calls[].index``); the call's recorded index
+      is that tool index (in a ``chat.completion`` object: the position in ``tool_calls``). A
+      fragment whose ``id`` differs from the id of the call open at its key starts a separate
+      call and adds a ``reused_tool_index`` violation (Ollama ``/v1`` #15457); the same id again
+      continues the call (Fireworks repeats id and name on every fragment). A fragment without
+      ``index`` (Ollama before 0.4.7) uses its position in the array, once flagged
+      ``invalid_event``. ``custom`` tool calls (``custom.input``) and the legacy
+      ``delta.function_call`` (recorded with index ``None``) are tool calls too.
+    - ``finish_reason`` -> ``StopEvent`` (mapping in the module docstring); any object
+      ``usage`` (else Groq's ``x_groq.usage``) -> ``UsageEvent`` (``prompt_tokens`` input,
+      ``completion_tokens`` output); ``"usage": null`` is no report.
+    - Errors: ``{"error": {…}}`` (OpenAI, OpenRouter — which may also send choices with
+      ``finish_reason: "error"`` — SGLang, newer vLLM) or ``{"object": "error", …}`` (vLLM) ->
+      ``ErrorEvent`` (``_openai_common.error_event``); a later ``[DONE]`` does not undo it.
+    - ``data: [DONE]`` -> ``StreamEnd``; a whole-body JSON answer ends with ``StreamEnd`` once
+      parsed (its body is complete by construction).
+    """
+
+    def __init__(self) -> None:
+        self._started = False
+        self._model: str | None = None
+        self._calls: dict[tuple[int, int], _OpenCall] = {}
+        self._generation: Counter[tuple[int, int]] = Counter()
+        self._index_missing_reported = False
+
+    def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
+        data = message.data.strip()
+        if not data:
+            return []
+        if data == "[DONE]":
+            return [StreamEnd(None)]
+        out: list[CanonicalEvent | Violation] = []
+        obj = load_object(data, out, "chat completion chunk")
+        if obj is None:
+            return out
+        self._identity(obj, out)
+        if "error" in obj and obj["error"] is not None:
+            out.append(error_event(None, obj["error"]))
+        elif obj.get("object") == "error":
+            out.append(error_event(None, obj))
+        whole = isinstance(message, JSONFrame)
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict):
+                    self._choice(choice, whole, out)
+                else:
+                    out.append(Violation(V.INVALID_EVENT, None, "choices[] item is not an object"))
+        elif choices is not None:
+            out.append(Violation(V.INVALID_EVENT, None, "choices is not an array"))
+        usage = obj.get("usage")
+        if not isinstance(usage, dict):
+            groq = obj.get("x_groq")  # Groq streams put the totals in the final chunk's x_groq.usage
+            usage = groq.get("usage") if isinstance(groq, dict) else None
+        if isinstance(usage, dict):
+            tokens_in, tokens_out = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
+            if tokens_in is not None or tokens_out is not None:
+                out.append(UsageEvent(None, tokens_in, tokens_out))
+        if whole:
+            out.append(StreamEnd(None))
+        return out
+
+    def _identity(self, obj: dict[str, Any], out: list[Any]) -> None:
+        rid, model = text(obj.get("id")), text(obj.get("model"))
+        if not self._started:
+            if rid is not None or model is not None:
+                self._started = True
+                self._model = model
+                out.append(StreamStart(None, model, rid))
+        elif model is not None and model != self._model:
+            self._model = model
+            out.append(ModelEvent(None, model))
+
+    def _choice(self, choice: dict[str, Any], whole: bool, out: list[Any]) -> None:
+        c = choice.get("index")
+        c = c if is_int(c) and c >= 0 else 0
+        body = choice.get("message" if whole else "delta")
+        if isinstance(body, dict):
+            self._content(c, body, out)
+            calls = body.get("tool_calls")
+            if isinstance(calls, list):
+                for pos, call in enumerate(calls):
+                    if not isinstance(call, dict):
+                        out.append(Violation(V.INVALID_EVENT, None, "tool_calls[] item is not an object"))
+                    elif whole:
+                        out.append(_complete_call(pos, call))
+                    else:
+                        self._fragment(c, pos, call, out)
+            legacy = body.get("function_call")
+            if isinstance(legacy, dict):
+                name, args = text(legacy.get("name")), arguments(legacy.get("arguments"))
+                if whole:
+                    out.append(ToolCallEvent(None, None, None, name, args))
+                else:
+                    out.append(ToolCallDelta(None, f"{c}:function_call", None, None, name, args))
+        reason = text(choice.get("finish_reason"))
+        if reason is not None:
+            out.append(StopEvent(None, STOP_REASONS.get(reason, reason), reason))
+
+    def _content(self, c: int, body: dict[str, Any], out: list[Any]) -> None:
+        reasoning = text(body.get("reasoning_content")) or text(body.get("reasoning"))
+        if reasoning is not None:
+            out.append(ContentDelta(None, REASONING_BLOCK + c, reasoning, "reasoning"))
+        content = _content_text(body.get("content"))
+        if content is not None:
+            out.append(ContentDelta(None, c, content, "text"))
+        refusal = text(body.get("refusal"))
+        if refusal is not None:
+            out.append(ContentDelta(None, REFUSAL_BLOCK + c, refusal, "refusal"))
+
+    def _fragment(self, c: int, pos: int, call: dict[str, Any], out: list[Any]) -> None:
+        index = call.get("index")
+        missing = not (is_int(index) and index >= 0)
+        if missing:
+            index = pos
+            if not self._index_missing_reported:
+                self._index_missing_reported = True
+                out.append(Violation(V.INVALID_EVENT, None, "tool_calls[] fragment without index: position used"))
+        cid = call_id(call.get("id"))
+        name, args = _call_body(call)
+        slot = (c, index)
+        open_call = self._calls.get(slot)
+        if open_call is None or (cid is not None and open_call.id is not None and cid != open_call.id):
+            if open_call is not None and not missing:
+                out.append(
+                    Violation(
+                        REUSED_TOOL_INDEX,
+                        None,
+                        f"choice {c} tool_calls index {index}: id {cid!r} while {open_call.id!r} is open;"
+                        " recorded as a separate call",
+                    )
+                )
+            generation = self._generation[slot]
+            self._generation[slot] += 1
+            key = f"{c}:{index}" if generation == 0 else f"{c}:{index}:{generation}"
+            open_call = self._calls[slot] = _OpenCall(key, cid)
+        elif open_call.id is None:
+            open_call.id = cid
+        out.append(ToolCallDelta(None, open_call.key, index, cid, name, args))
+
+
+def _call_body(call: dict[str, Any]) -> tuple[str | None, str]:
+    """(name, arguments) of a ``function`` tool call (``function.arguments``) or a ``custom``
+    one (``custom.input``, free text)."""
+    for key, field in (("function", "arguments"), ("custom", "input")):
+        inner = call.get(key)
+        if isinstance(inner, dict):
+            return text(inner.get("name")), arguments(inner.get(field))
+    return None, ""
+
+
+def _complete_call(pos: int, call: dict[str, Any]) -> ToolCallEvent:
+    name, args = _call_body(call)
+    return ToolCallEvent(None, pos, call_id(call.get("id")), name, args)
+
+
+def _content_text(content: Any) -> str | None:
+    """``content`` as text: a string, or the ``text`` of ``{"type": "text"}`` parts (some
+    compatible servers answer with a parts array)."""
+    if isinstance(content, list):
+        content = "".join(p["text"] for p in content if _is_text_part(p))
+    return text(content)
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)

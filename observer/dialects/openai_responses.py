@@ -1,17 +1,410 @@
-"""OpenAI Responses (``/v1/responses``).
+"""OpenAI Responses (``POST …/responses``): OpenAI ``/v1/responses``, Azure
+``/openai/v1/responses`` and Responses-compatible servers.
 
-Placeholder: recognises nothing yet (being written).
+Sources: OpenAI API reference "Responses" (create request: ``input``, ``instructions``, flat
+``{type:"function", name}`` tools; the ``response`` object: ``status``, ``output`` items
+``message``/``reasoning``/``function_call``/``custom_tool_call``, ``usage``,
+``incomplete_details``, ``error``) and "Streaming events" (``response.created`` …
+``response.completed``/``incomplete``/``failed``, ``error``, ``sequence_number``);
+vendor-wire-formats §1 and §3 (recorded order, ``call_id`` vs item ``id``, terminal events).
+
+Stop reasons (no vendor field; derived from the terminal status, draft §5.3 names where exact):
+
+=============================================  ===================  ==============================
+terminal                                        canonical            ``stop_reason_raw``
+=============================================  ===================  ==============================
+``completed``, no function/custom tool call     ``end_turn``         ``completed``
+``completed`` with a tool call                  ``tool_use``         ``completed``
+``incomplete``, reason ``max_output_tokens``    ``max_tokens``       ``incomplete:max_output_tokens``
+``incomplete``, reason ``content_filter``       ``content_filter``   ``incomplete:content_filter``
+``incomplete``, other reason ``r``              ``r``                ``incomplete:r``
+``cancelled`` (non-streaming object)            ``cancelled``        ``cancelled``
+``failed``                                      (none: ``ErrorEvent`` from ``response.error``)
+=============================================  ===================  ==============================
 """
 
 from __future__ import annotations
 
-from observer.dialects.base import DialectBase, RequestView
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from observer.dialects._openai_common import (
+    SequenceCheck,
+    arguments,
+    call_id,
+    count,
+    error_event,
+    is_int,
+    load_object,
+    read_envelope,
+    read_tools,
+    reduce_binary,
+    text,
+)
+from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.events import (
+    CanonicalEvent,
+    ContentDelta,
+    ModelEvent,
+    StopEvent,
+    StreamEnd,
+    StreamStart,
+    ToolCallDelta,
+    UsageEvent,
+)
+from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.frames import JSONFrame
+
+V = ViolationKind
+INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
+_OWN_FIELDS = ("input",)
+# Tool-call item types recorded as tool calls: item type -> field holding the arguments.
+_CALL_ITEMS = {"function_call": "arguments", "custom_tool_call": "input"}
+# Text-bearing delta events: event type -> (block family, sub-index field, block type).
+_DELTAS = {
+    "response.output_text.delta": ("text", "content_index", "text"),
+    "response.refusal.delta": ("refusal", "content_index", "refusal"),
+    "response.reasoning_summary_text.delta": ("summary", "summary_index", "reasoning"),
+    "response.reasoning_text.delta": ("reasoning", "content_index", "reasoning"),
+}
+# Their ``.done`` events: event type -> (block family, sub-index field, block type, text field).
+_DONES = {
+    "response.output_text.done": ("text", "content_index", "text", "text"),
+    "response.refusal.done": ("refusal", "content_index", "refusal", "refusal"),
+    "response.reasoning_summary_text.done": ("summary", "summary_index", "reasoning", "text"),
+    "response.reasoning_text.done": ("reasoning", "content_index", "reasoning", "text"),
+}
+# Content parts of output items: (item type, parts field) -> part type -> (family, block type, text field).
+_PARTS = {
+    ("message", "content"): {"output_text": ("text", "text", "text"), "refusal": ("refusal", "refusal", "refusal")},
+    ("reasoning", "summary"): {"summary_text": ("summary", "reasoning", "text")},
+    ("reasoning", "content"): {"reasoning_text": ("reasoning", "reasoning", "text")},
+}
 
 
 class OpenAIResponsesDialect(DialectBase):
-    """OpenAI Responses (``/v1/responses``)."""
+    """OpenAI Responses: any ``POST`` whose path (query excluded) ends in ``/responses``
+    (``/v1/responses``, Azure ``/openai/v1/responses``); not by host. Responses: SSE
+    (``text/event-stream``) or one ``response`` object (``application/json``)."""
 
     name = "openai.responses"
 
     def matches(self, request: RequestView) -> bool:
-        return False
+        return request.method.upper() == "POST" and request.path_only.rstrip("/").endswith("/responses")
+
+    def parse_request(self, body: bytes, request: RequestView | None = None) -> tuple[RequestFacts, list[Violation]]:
+        """Reads a Responses request body.
+
+        - ``messages``: ``input`` — a string becomes ``[{"role": "user", "content": input}]``;
+          an item list is kept as sent (messages, ``function_call_output``, ``reasoning``, …)
+          with inline binary payloads reduced to ``data_bytes``.
+        - ``instructions`` stays in ``parameters`` under its own name (not turned into a system
+          message: Responses keeps it apart from ``input`` and does not carry it over with
+          ``previous_response_id``), like every other top-level key not recorded elsewhere
+          (temperature, top_p, max_output_tokens, reasoning, text, tool_choice,
+          parallel_tool_calls, store, previous_response_id, include, truncation, …).
+        - ``tools`` as sent; ``tool_names`` from the flat ``name`` of ``function`` and
+          ``custom`` tools (built-in tools such as ``web_search`` have no name).
+        - ``stream`` absent means ``False``; ``metadata``; ``end_user``: ``safety_identifier``
+          else ``user``.
+        Never raises: problems are ``invalid_request`` violations.
+        """
+        doc, facts, violations = read_envelope(body, _OWN_FIELDS)
+        if doc is None:
+            return facts, violations
+        if "model" not in doc and "prompt" not in doc:
+            violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: model"))
+        given = doc.get("input")
+        if isinstance(given, str):
+            facts.messages = [{"role": "user", "content": given}]
+        elif isinstance(given, list):
+            facts.messages = [reduce_binary(item) for item in given]
+        elif given is not None:
+            violations.append(Violation(V.INVALID_REQUEST, None, "input is neither a string nor an array"))
+        facts.tools = read_tools(doc, "tools", violations)
+        facts.tool_names = [
+            t["name"] for t in facts.tools if t.get("type") in ("function", "custom") and text(t.get("name"))
+        ]
+        return facts, violations
+
+    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> OpenAIResponsesAdapter:
+        return OpenAIResponsesAdapter()
+
+
+@dataclass(slots=True)
+class _Call:
+    key: str
+    index: int | None
+    has_arguments: bool = False
+
+
+class OpenAIResponsesAdapter(AdapterBase):
+    """Maps Responses streaming events (SSE, ``event:`` = JSON ``type``) or one ``response``
+    object (whole-body JSON) onto canonical events. ``seq`` = the event's ``sequence_number``.
+
+    - Checks: ``sequence_number`` gaps and repeats (``_openai_common.SequenceCheck``); an
+      ``event:`` field differing from the JSON ``type`` is ``type_mismatch``. Unknown event
+      types and item types (web_search_call, mcp_call, code_interpreter, image_generation, …)
+      are ignored; a ``[DONE]`` sentinel (some compatible servers) too.
+    - ``response.created`` / ``in_progress`` / ``queued``: ``StreamStart`` (model,
+      ``request_id`` = response id) once, later ``ModelEvent`` when the model changes.
+    - Text: ``output_text`` / ``refusal`` / ``reasoning_summary_text`` / ``reasoning_text``
+      deltas; one block per (kind, ``output_index``, ``content_index`` or ``summary_index``),
+      numbered 0, 1, 2, … in order of first appearance; types ``text`` / ``refusal`` /
+      ``reasoning``.
+    - Tool calls: a ``function_call`` (or ``custom_tool_call``) item opened by
+      ``response.output_item.added`` is one ``ToolCallDelta`` key (the item id): id = ``call_id``
+      (what follow-up requests use, not the item id), name, index = ``output_index``; argument
+      deltas (``function_call_arguments.delta``, ``custom_tool_call_input.delta``) keyed by
+      ``item_id``. Custom tool input is free text, recorded as sent.
+    - ``.done`` events, ``response.output_item.done`` and the terminal ``response.output`` only
+      fill what no delta carried (a block or call with no deltas at all).
+    - Terminal events ``response.completed`` / ``incomplete`` / ``failed``: ``StopEvent``
+      (module table) or ``ErrorEvent`` (``response.error``), ``UsageEvent`` from
+      ``response.usage`` (``input_tokens``, ``output_tokens``), then ``StreamEnd``.
+    - ``error`` event: ``ErrorEvent`` (code = ``code`` else ``type``; top-level or nested under
+      ``error``); not terminal: without a terminal event the stream lacks its end.
+    """
+
+    def __init__(self) -> None:
+        self._seq = SequenceCheck()
+        self._started = False
+        self._model: str | None = None
+        self._blocks: dict[tuple[str, Any, Any], int] = {}
+        self._filled: set[tuple[str, Any, Any]] = set()
+        self._calls: dict[str, _Call] = {}
+        self._call_at: dict[int, str] = {}  # output_index -> call key
+        self._tool_use = False
+
+    def on_lost(self) -> None:
+        self._seq.lost()
+
+    def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
+        data = message.data.strip()
+        if not data or data == "[DONE]":
+            return []
+        out: list[CanonicalEvent | Violation] = []
+        obj = load_object(data, out, f"event {message.event or 'message'!r}")
+        if obj is None:
+            self._seq.lost()
+            return out
+        if isinstance(message, JSONFrame):
+            self._whole(obj, out)
+            return out
+        seq = self._seq.check(obj.get("sequence_number"), out)
+        etype = obj.get("type")
+        if not isinstance(etype, str):
+            out.append(Violation(V.INVALID_EVENT, seq, "missing or non-string type"))
+            return out
+        if message.event and message.event != etype:
+            out.append(Violation(V.TYPE_MISMATCH, seq, f"SSE event {message.event!r} but JSON type {etype!r}"))
+        handler = _HANDLERS.get(etype)
+        if handler is not None:
+            handler(self, obj, seq, out)
+        elif etype in _DELTAS:
+            self._delta(obj, seq, _DELTAS[etype], out)
+        elif etype in _DONES:
+            family, sub, block_type, field = _DONES[etype]
+            self._fill((family, _where(obj), obj.get(sub)), seq, block_type, obj.get(field), out)
+        return out
+
+    # -- whole-body answers -------------------------------------------------------------------
+
+    def _whole(self, obj: dict[str, Any], out: list[Any]) -> None:
+        if "output" in obj or obj.get("object") == "response":
+            status = obj.get("status")
+            self._terminal(obj, None, status if isinstance(status, str) else "completed", out)
+            return
+        if obj.get("error") is not None:
+            out.append(error_event(None, obj["error"]))
+        else:
+            out.append(Violation(V.INVALID_EVENT, None, "JSON body is neither a response object nor an error"))
+        out.append(StreamEnd(None))
+
+    # -- stream events ------------------------------------------------------------------------
+
+    def _on_snapshot(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        self._identity(obj.get("response"), seq, out)
+
+    def _identity(self, response: Any, seq: int | None, out: list[Any]) -> None:
+        if not isinstance(response, dict):
+            return
+        rid, model = text(response.get("id")), text(response.get("model"))
+        if not self._started:
+            if rid is not None or model is not None:
+                self._started = True
+                self._model = model
+                out.append(StreamStart(seq, model, rid))
+        elif model is not None and model != self._model:
+            self._model = model
+            out.append(ModelEvent(seq, model))
+
+    def _delta(self, obj: dict[str, Any], seq: int | None, spec: tuple[str, str, str], out: list[Any]) -> None:
+        family, sub, block_type = spec
+        delta = obj.get("delta")
+        if not isinstance(delta, str):
+            out.append(Violation(V.INVALID_EVENT, seq, f"{obj['type']}: delta is not a string"))
+            return
+        key = (family, _where(obj), obj.get(sub))
+        self._filled.add(key)
+        if delta:
+            out.append(ContentDelta(seq, self._block(key), delta, block_type))
+
+    def _fill(self, key: tuple[str, Any, Any], seq: int | None, block_type: str, value: Any, out: list[Any]) -> None:
+        """Emits ``value`` as the whole text of block ``key`` if no delta filled it."""
+        if key in self._filled or not isinstance(value, str):
+            return
+        self._filled.add(key)
+        if value:
+            out.append(ContentDelta(seq, self._block(key), value, block_type))
+
+    def _block(self, key: tuple[str, Any, Any]) -> int:
+        index = self._blocks.get(key)
+        if index is None:
+            index = self._blocks[key] = len(self._blocks)
+        return index
+
+    def _on_item_added(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        item = obj.get("item")
+        if isinstance(item, dict) and item.get("type") in _CALL_ITEMS:
+            self._open_call(item, _index(obj.get("output_index")), seq, out)
+
+    def _on_item_done(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        item = obj.get("item")
+        if isinstance(item, dict):
+            self._item(item, _index(obj.get("output_index")), seq, out)
+
+    def _item(self, item: dict[str, Any], index: int | None, seq: int | None, out: list[Any]) -> None:
+        """Fills whatever of a complete output item no delta carried."""
+        kind = item.get("type")
+        field = _CALL_ITEMS.get(kind)
+        if field is not None:
+            call = self._open_call(item, index, seq, out)
+            if not call.has_arguments:
+                call.has_arguments = True
+                out.append(ToolCallDelta(seq, call.key, call.index, None, None, arguments(item.get(field))))
+            return
+        where = item.get("id") if index is None else index
+        for (item_type, parts_field), part_types in _PARTS.items():
+            parts = item.get(parts_field)
+            if kind != item_type or not isinstance(parts, list):
+                continue
+            for sub, part in enumerate(parts):
+                spec = part_types.get(part.get("type")) if isinstance(part, dict) else None
+                if spec is not None:
+                    family, block_type, text_field = spec
+                    self._fill((family, where, sub), seq, block_type, part.get(text_field), out)
+
+    def _open_call(self, item: dict[str, Any], index: int | None, seq: int | None, out: list[Any]) -> _Call:
+        """The call of a tool-call item, opened (one ``ToolCallDelta`` with id and name) if new."""
+        self._tool_use = True
+        item_id = text(item.get("id"))
+        call = self._find_call(item_id, index)
+        if call is None:
+            key = item_id or f"output:{index}"
+            call = self._calls[key] = _Call(key, index)
+            if index is not None:
+                self._call_at[index] = key
+            out.append(ToolCallDelta(seq, key, index, call_id(item.get("call_id")), text(item.get("name")), ""))
+        return call
+
+    def _find_call(self, item_id: str | None, index: int | None) -> _Call | None:
+        if item_id is not None and item_id in self._calls:
+            return self._calls[item_id]
+        key = self._call_at.get(index) if index is not None else None
+        return self._calls.get(key) if key is not None else None
+
+    def _on_call_delta(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        delta = obj.get("delta")
+        if not isinstance(delta, str):
+            out.append(Violation(V.INVALID_EVENT, seq, f"{obj['type']}: delta is not a string"))
+            return
+        call = self._call_for(obj, seq, out)
+        call.has_arguments = True
+        out.append(ToolCallDelta(seq, call.key, call.index, None, None, delta))
+
+    def _on_call_done(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        call = self._call_for(obj, seq, out)
+        if not call.has_arguments:
+            call.has_arguments = True
+            value = obj.get("arguments", obj.get("input"))
+            out.append(ToolCallDelta(seq, call.key, call.index, None, text(obj.get("name")), arguments(value)))
+
+    def _call_for(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> _Call:
+        """The call an argument event belongs to (by ``item_id``, else ``output_index``),
+        opened without id and name if its ``output_item.added`` never came."""
+        item_id, index = text(obj.get("item_id")), _index(obj.get("output_index"))
+        call = self._find_call(item_id, index)
+        if call is None:
+            call = self._open_call({"id": item_id}, index, seq, out)
+        return call
+
+    def _on_completed(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        self._terminal(obj.get("response"), seq, "completed", out)
+
+    def _on_incomplete(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        self._terminal(obj.get("response"), seq, "incomplete", out)
+
+    def _on_failed(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        self._terminal(obj.get("response"), seq, "failed", out)
+
+    def _on_error(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
+        nested = obj.get("error")
+        out.append(error_event(seq, nested if isinstance(nested, dict) else obj))
+
+    def _terminal(self, response: Any, seq: int | None, status: str, out: list[Any]) -> None:
+        """A final ``response`` object (terminal event or whole-body answer): identity, any output
+        no delta carried, stop reason or error, usage, ``StreamEnd``."""
+        response = response if isinstance(response, dict) else {}
+        self._identity(response, seq, out)
+        items = response.get("output")
+        if isinstance(items, list):
+            for index, item in enumerate(items):
+                if isinstance(item, dict):
+                    self._item(item, index, seq, out)
+        if status == "failed":
+            out.append(error_event(seq, response.get("error")))
+        elif status == "incomplete":
+            details = response.get("incomplete_details")
+            reason = text(details.get("reason")) if isinstance(details, dict) else None
+            raw = f"incomplete:{reason}" if reason else "incomplete"
+            out.append(StopEvent(seq, INCOMPLETE_REASONS.get(reason, reason) if reason else None, raw))
+        elif status == "completed":
+            out.append(StopEvent(seq, "tool_use" if self._tool_use else "end_turn", "completed"))
+        elif status == "cancelled":
+            out.append(StopEvent(seq, status, status))
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            tokens_in, tokens_out = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
+            if tokens_in is not None or tokens_out is not None:
+                out.append(UsageEvent(seq, tokens_in, tokens_out))
+        out.append(StreamEnd(seq))
+
+
+def _index(v: Any) -> int | None:
+    return v if is_int(v) and v >= 0 else None
+
+
+def _where(obj: dict[str, Any]) -> Any:
+    """Which output item a delta event belongs to: ``output_index``, else ``item_id``."""
+    index = _index(obj.get("output_index"))
+    return index if index is not None else obj.get("item_id")
+
+
+_Handler = Callable[[OpenAIResponsesAdapter, dict[str, Any], int | None, list[Any]], None]
+_HANDLERS: dict[str, _Handler] = {
+    "response.created": OpenAIResponsesAdapter._on_snapshot,
+    "response.in_progress": OpenAIResponsesAdapter._on_snapshot,
+    "response.queued": OpenAIResponsesAdapter._on_snapshot,
+    "response.output_item.added": OpenAIResponsesAdapter._on_item_added,
+    "response.output_item.done": OpenAIResponsesAdapter._on_item_done,
+    "response.function_call_arguments.delta": OpenAIResponsesAdapter._on_call_delta,
+    "response.custom_tool_call_input.delta": OpenAIResponsesAdapter._on_call_delta,
+    "response.function_call_arguments.done": OpenAIResponsesAdapter._on_call_done,
+    "response.custom_tool_call_input.done": OpenAIResponsesAdapter._on_call_done,
+    "response.completed": OpenAIResponsesAdapter._on_completed,
+    "response.incomplete": OpenAIResponsesAdapter._on_incomplete,
+    "response.failed": OpenAIResponsesAdapter._on_failed,
+    "error": OpenAIResponsesAdapter._on_error,
+}

@@ -108,6 +108,7 @@ class StandardDialect(DialectBase):
         user = facts.metadata.get("user_id")
         facts.end_user = user if isinstance(user, str) else None
         request_id = facts.metadata.get("request_id")
+        facts.request_id = request_id if isinstance(request_id, str) else None
         if request_id is not None and not isinstance(request_id, str):
             violations.append(Violation(V.INVALID_REQUEST, None, "metadata.request_id is not a string"))
         return facts, violations

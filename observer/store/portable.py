@@ -50,7 +50,7 @@ def make_portable(record: Exchange) -> Exchange:
         record.error.message = _clean(record.error.message, "error.message", hits)
     req = record.request
     for name in ("version", "model", "messages", "tools", "parameters", "metadata", "extensions", "tool_names",
-                 "end_user"):  # fmt: skip
+                 "end_user", "request_id"):  # fmt: skip
         setattr(req, name, _clean(getattr(req, name), f"request.{name}", hits))
     record.violations = [
         Violation(v.kind, v.seq, _clean(v.detail, "violations.detail", hits)) for v in record.violations

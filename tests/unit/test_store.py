@@ -407,3 +407,23 @@ def test_nul_characters_are_stored_as_replacement_with_a_violation(store: AuditS
     }
     store.write_many([rec])  # a retry of the same object adds nothing
     assert store.get(rec.id)["violations"] == got["violations"]
+
+
+def test_request_facts_round_trip_every_field(store: AuditStore) -> None:
+    """Every RequestFacts field survives the store (a helper found tool_names and end_user
+    silently dropped on read)."""
+    rec = unreported_usage_record()
+    rec.request = RequestFacts(
+        version="1.0", stream=True, model="m", messages=[{"role": "user", "content": "hi"}],
+        tools=[{"name": "get_weather"}], parameters={"temperature": 0}, metadata={"k": "v"},
+        extensions=["acme:x"], body_bytes=123, tool_names=["get_weather"], end_user="user-7", request_id="req-9",
+    )  # fmt: skip
+    store.write_many([rec])
+    got = store.get(rec.id)["request"]
+    assert got == {
+        "version": "1.0", "stream": True, "model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "get_weather"}], "parameters": {"temperature": 0}, "metadata": {"k": "v"},
+        "extensions": ["acme:x"], "body_bytes": 123, "tool_names": ["get_weather"], "end_user": "user-7",
+        "request_id": "req-9",
+    }  # fmt: skip
+    assert store.list(1)[0][0]["end_user"] == "user-7"

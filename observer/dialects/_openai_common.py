@@ -1,0 +1,219 @@
+"""Pieces shared by the two OpenAI dialects (``openai.chat``, ``openai.responses``): reading the
+request envelope both APIs have in common, reducing inline base64 payloads, error objects,
+``sequence_number`` checks and small JSON helpers.
+
+Sources: OpenAI API reference "Chat Completions" and "Responses" (request bodies: ``model``,
+``stream``, ``metadata``, ``user`` (deprecated) / ``safety_identifier``, content parts
+``image_url``/``input_audio``/``file``/``input_image``/``input_file``; error object
+``{message, type, param, code}``); vendor-wire-formats §1 (identification), §2 "Errors",
+§3 (``sequence_number``), §9 (OpenRouter numeric ``error.code``, vLLM ``{"object":"error"}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+
+from observer.dialects.standard import base64_decoded_size
+from observer.events import ErrorEvent
+from observer.records import RequestFacts, Violation, ViolationKind
+
+V = ViolationKind
+INT64_MAX = 2**63 - 1
+
+# Keys recorded in their own RequestFacts field by both dialects (never copied to parameters).
+COMMON_FIELDS = frozenset({"model", "stream", "tools", "metadata", "user", "safety_identifier"})
+_URL_KEYS = frozenset({"url", "image_url"})  # chat ``image_url.url``; Responses ``input_image.image_url``
+
+
+def is_int(v: Any) -> bool:
+    """A JSON integer (not a boolean) that fits a signed 64-bit column."""
+    return isinstance(v, int) and not isinstance(v, bool) and -INT64_MAX - 1 <= v <= INT64_MAX
+
+
+def count(v: Any) -> int | None:
+    """A non-negative JSON integer (a token count), else ``None``."""
+    return v if is_int(v) and v >= 0 else None
+
+
+def text(v: Any) -> str | None:
+    """A non-empty string, else ``None`` (empty strings carry nothing)."""
+    return v if isinstance(v, str) and v else None
+
+
+def call_id(v: Any) -> str | None:
+    """A tool-call id, or ``None`` when absent, empty or the string ``"null"`` (some servers send
+    ``"id": "null"`` on continuation fragments, vendor-wire-formats §9)."""
+    return v if isinstance(v, str) and v and v != "null" else None
+
+
+def arguments(v: Any) -> str:
+    """Tool-call arguments as a JSON string: strings as sent; an object or array (sent by some
+    compatible servers instead of a string) serialised compactly with orjson; else ``""``."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (dict, list)):
+        return orjson.dumps(v).decode()
+    return ""
+
+
+def load_object(data: str, out: list[Any], what: str) -> dict[str, Any] | None:
+    """The JSON object in ``data``; on failure ``None`` and an ``invalid_json`` /
+    ``invalid_event`` violation (naming ``what``) appended to ``out``."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        out.append(Violation(V.INVALID_JSON, None, f"{what}: {exc}"))
+        return None
+    if not isinstance(obj, dict):
+        out.append(Violation(V.INVALID_EVENT, None, f"{what}: data is not a JSON object"))
+        return None
+    return obj
+
+
+def error_event(seq: int | None, err: Any) -> ErrorEvent:
+    """An ``ErrorEvent`` from an OpenAI-style error object ``{message, type, param, code}``:
+    code = ``code`` (numbers, e.g. OpenRouter's HTTP-like 502 or vLLM's 400, as decimal text)
+    else ``type``; a bare string error is the message."""
+    if isinstance(err, str):
+        return ErrorEvent(seq, None, err)
+    if not isinstance(err, dict):
+        return ErrorEvent(seq, None, None)
+    code = err.get("code")
+    if is_int(code):
+        code = str(code)
+    if not text(code):
+        code = text(err.get("type"))
+    message = err.get("message")
+    return ErrorEvent(seq, code, message if isinstance(message, str) else None)
+
+
+def reduce_binary(value: Any) -> Any:
+    """A copy of ``value`` (any JSON) with inline binary payloads replaced by their size.
+
+    - ``data:`` URLs under ``url`` / ``image_url`` (chat ``image_url`` parts, Responses
+      ``input_image``) and ``file_data`` (chat ``file`` parts, Responses ``input_file``; a data
+      URL or bare base64): the key is dropped and ``media_type`` (from the data URL, else not
+      set) and ``data_bytes`` (decoded size in bytes) are added to the same object.
+    - ``input_audio.data`` (base64): replaced by ``input_audio.data_bytes``.
+    - ``result`` of an ``image_generation_call`` item (base64 image): replaced by ``data_bytes``.
+    Remote ``http(s)`` URLs and everything else are kept as sent.
+    """
+    if isinstance(value, list):
+        return [reduce_binary(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if isinstance(v, str) and (
+            (key in _URL_KEYS and v[:5].lower() == "data:") or key == "file_data"
+        ):
+            media, size = payload_size(v)
+            if media:
+                out["media_type"] = media
+            out["data_bytes"] = size
+        elif key == "input_audio" and isinstance(v, dict) and isinstance(v.get("data"), str):
+            out[key] = {k: x for k, x in v.items() if k != "data"} | {"data_bytes": base64_decoded_size(v["data"])}
+        elif key == "result" and value.get("type") == "image_generation_call" and isinstance(v, str):
+            out["data_bytes"] = base64_decoded_size(v)
+        else:
+            out[key] = reduce_binary(v)
+    return out
+
+
+def payload_size(value: str) -> tuple[str | None, int]:
+    """(media type, decoded size in bytes) of a ``data:`` URL (RFC 2397: base64 or
+    percent-encoded), or (``None``, base64 decoded size) of a bare base64 string."""
+    if value[:5].lower() != "data:":
+        return None, base64_decoded_size(value)
+    header, _, payload = value[5:].partition(",")
+    params = [p.strip().lower() for p in header.split(";")]
+    if "base64" in params[1:]:
+        return params[0] or None, base64_decoded_size(payload)
+    return params[0] or None, len(unquote_to_bytes(payload))
+
+
+def read_envelope(
+    body: bytes, own_fields: Iterable[str]
+) -> tuple[dict[str, Any] | None, RequestFacts, list[Violation]]:
+    """Reads what both OpenAI request bodies share into ``RequestFacts``: ``model`` (string),
+    ``stream`` (absent = ``False``: both APIs default to a single JSON answer), ``metadata``,
+    ``end_user`` (``safety_identifier`` else the deprecated ``user``), ``body_bytes``, and
+    ``parameters`` = every other top-level key except ``own_fields`` (read by the dialect),
+    keyed by the vendor's own names, with inline binary payloads reduced.
+
+    Returns (the JSON object or ``None``, facts, ``invalid_request`` violations). Never raises.
+    """
+    facts = RequestFacts(body_bytes=len(body))
+    violations: list[Violation] = []
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return None, facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
+    if not isinstance(doc, dict):
+        return None, facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+
+    model = doc.get("model")
+    facts.model = model if isinstance(model, str) else None
+    if model is not None and not isinstance(model, str):
+        violations.append(Violation(V.INVALID_REQUEST, None, "model is not a string"))
+    stream = doc.get("stream", False)
+    facts.stream = stream if isinstance(stream, bool) else None
+    if not isinstance(stream, bool) and stream is not None:
+        violations.append(Violation(V.INVALID_REQUEST, None, "stream is not a boolean"))
+    metadata = doc.get("metadata")
+    if isinstance(metadata, dict):
+        facts.metadata = metadata
+    elif metadata is not None:
+        violations.append(Violation(V.INVALID_REQUEST, None, "metadata is not an object"))
+    facts.end_user = text(doc.get("safety_identifier")) or text(doc.get("user"))
+    skip = COMMON_FIELDS | frozenset(own_fields)
+    facts.parameters = {k: reduce_binary(v) for k, v in doc.items() if k not in skip}
+    return doc, facts, violations
+
+
+def read_tools(doc: dict[str, Any], key: str, violations: list[Violation]) -> list[dict[str, Any]]:
+    """The tool objects under ``key`` as sent (non-objects dropped); a non-array value gives
+    ``invalid_request``."""
+    tools = doc.get(key)
+    if isinstance(tools, list):
+        return [t for t in tools if isinstance(t, dict)]
+    if tools is not None:
+        violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not an array"))
+    return []
+
+
+class SequenceCheck:
+    """Checks a stream's ``sequence_number`` values (OpenAI Responses streaming events, §3) the
+    way the standard checks ``seq`` (draft §5.2): a value not above the previous one is a
+    ``seq_repeat``; a jump over more values than messages were lost below the dialect
+    (``lost``: oversize events, unparseable JSON) is a ``seq_gap``. A missing value is
+    tolerated (compatible servers omit it); a non-integer one is ``invalid_event``."""
+
+    def __init__(self) -> None:
+        self._last: int | None = None
+        self._skipped = 0
+
+    def lost(self) -> None:
+        """One message was lost: the next value may be one higher than otherwise expected."""
+        self._skipped += 1
+
+    def check(self, value: Any, out: list[Any]) -> int | None:
+        """The event's sequence number (or ``None``); violations appended to ``out``."""
+        if value is None:
+            return None
+        if not is_int(value) or value < 0:
+            out.append(Violation(V.INVALID_EVENT, None, f"sequence_number is not a non-negative integer: {value!r}"))
+            return None
+        last = self._last
+        if last is not None:
+            if value <= last:
+                out.append(Violation(V.SEQ_REPEAT, value, f"sequence_number {value} after {last}"))
+            elif value > last + 1 + self._skipped:
+                out.append(Violation(V.SEQ_GAP, value, f"expected {last + 1}, got {value}"))
+        self._last = value if last is None else max(last, value)
+        self._skipped = 0
+        return value
