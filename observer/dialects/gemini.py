@@ -1,17 +1,345 @@
-"""Google Gemini ``:streamGenerateContent`` / ``:generateContent``.
+"""Google Gemini ``generateContent`` / ``streamGenerateContent`` (Gemini API and Vertex AI).
 
-Placeholder: recognises nothing yet (being written).
+Sources: Gemini API reference "Generating content" (``models.generateContent``,
+``models.streamGenerateContent``: request ``contents``, ``systemInstruction``, ``tools``,
+``toolConfig``, ``safetySettings``, ``generationConfig``, ``cachedContent``; response
+``GenerateContentResponse``: ``candidates[].content.parts[]``, ``finishReason``,
+``promptFeedback.blockReason``, ``usageMetadata``, ``modelVersion``; ``FinishReason`` enum),
+"Thinking" (``thought: true`` summary parts, ``thoughtSignature``, ``thoughtsTokenCount``),
+"Function calling" (``functionCall {id?, name, args}`` parts), Vertex AI
+``projects.locations.publishers.models.streamGenerateContent`` (``labels``);
+vendor-wire-formats §1 and §5 (``alt=sse`` framing, JSON-array framing, reassembly rules).
+
+Decisions (the record's conventions applied to this vendor):
+
+- Model: from the URL path (``.../models/{model}:verb``, URL-decoded); ``modelVersion`` of the
+  response gives the record's ``model`` (one ``ModelEvent`` per distinct value).
+- ``stream``: true for ``:streamGenerateContent``, false for ``:generateContent``. Framing: SSE
+  for ``text/event-stream`` (``alt=sse``); for JSON bodies, the elements of the streamed array
+  (``:streamGenerateContent`` without ``alt=sse``) or the one response object
+  (``:generateContent``).
+- ``systemInstruction`` is recorded as a leading message ``{"role": "system", "parts": ...}``
+  (its other fields kept); ``contents`` follow as sent. Inline data (``inlineData`` /
+  ``inline_data``) loses its base64 ``data`` for ``data_bytes`` (decoded size), at any depth.
+- ``parameters``: every ``generationConfig`` field under its own name, plus ``safetySettings``,
+  ``toolConfig`` and ``cachedContent`` (snake-case spellings accepted and kept as sent).
+  ``metadata``: Vertex ``labels``. No end-user field exists.
+- Blocks: candidate ``c`` writes its answer text to block ``2c`` (``"text"``) and its thought
+  summaries (``thought: true``) to block ``2c + 1`` (``"reasoning"``); empty text parts (e.g.
+  carrying only a ``thoughtSignature``) are not recorded.
+- Tool calls: each ``functionCall`` part is one complete call; ``index`` is its ordinal in the
+  response (0, 1, ... across chunks and candidates), ``id`` the part's ``id`` when sent (else
+  ``None``), ``arguments`` the ``args`` object serialised compactly with orjson (``""`` when
+  ``args`` is absent). A ``functionCall`` without a ``name`` (a streamed-arguments
+  continuation) is not recorded.
+- Stop reason: ``STOP`` -> ``end_turn``, or ``tool_use`` when that candidate produced function
+  calls; ``MAX_TOKENS`` -> ``max_tokens``; any other value (``SAFETY``, ``RECITATION``,
+  ``MALFORMED_FUNCTION_CALL``, ...) as sent. ``stop_reason_raw`` is always Gemini's value.
+- A blocked prompt (``promptFeedback.blockReason``, no candidates) is a stop
+  ``content_filter`` (raw: the block reason) ending the response, not an error: like an
+  Anthropic ``refusal`` or an OpenAI ``content_filter`` finish, the exchange completed and the
+  safety system's answer is the stop reason (the SDKs do not raise on it either).
+- Usage: assigned from every ``usageMetadata`` that has counts (running totals; the last
+  wins): input = ``promptTokenCount``, output = ``candidatesTokenCount`` +
+  ``thoughtsTokenCount`` (thinking is generated output, as Anthropic and OpenAI count it).
+- An ``error`` object in a chunk is an ``ErrorEvent`` (code: its ``status``, else its numeric
+  ``code`` as text).
+- End: Gemini sends no end marker. ``StreamEnd`` is emitted when the body ends
+  (``on_close``) if a ``finishReason`` or a ``blockReason`` was seen, so usage arriving after
+  the finishing chunk still counts; a body that ends without one is ``missing_stream_end``
+  (outcome ``truncated``). A stray ``data: [DONE]`` (not Gemini's) maps to nothing and is
+  recorded once per stream as ``invalid_event``.
 """
 
 from __future__ import annotations
 
-from observer.dialects.base import DialectBase, RequestView
+from collections import Counter
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+
+from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.standard import base64_decoded_size
+from observer.events import (
+    CanonicalEvent,
+    ContentDelta,
+    ErrorEvent,
+    ModelEvent,
+    StopEvent,
+    StreamEnd,
+    ToolCallEvent,
+    UsageEvent,
+)
+from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.frames import Framing
+
+V = ViolationKind
+
+MODELS_SEGMENT = "/models/"
+STREAM_VERB = ":streamGenerateContent"
+UNARY_VERB = ":generateContent"
+CONFIG_KEYS = ("generationConfig", "generation_config")
+PARAMETER_KEYS = (
+    "safetySettings",
+    "safety_settings",
+    "toolConfig",
+    "tool_config",
+    "cachedContent",
+    "cached_content",
+)
+INLINE_KEYS = frozenset({"inlineData", "inline_data"})
+DECLARATION_KEYS = ("functionDeclarations", "function_declarations")
+STOP_REASONS = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens"}
+
+Out = list[CanonicalEvent | Violation]
 
 
 class GeminiDialect(DialectBase):
-    """Google Gemini ``:streamGenerateContent`` / ``:generateContent``."""
+    """Gemini ``POST .../models/{model}:streamGenerateContent`` and ``:generateContent`` (Gemini
+    API ``/v1beta/models/...``, ``/v1/models/...``; Vertex
+    ``/v1/projects/{p}/locations/{l}/publishers/google/models/{model}:...``)."""
 
     name = "gemini"
 
     def matches(self, request: RequestView) -> bool:
-        return False
+        return request.method.upper() == "POST" and path_model(unquote(request.path_only)) is not None
+
+    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+        """SSE for ``text/event-stream``; for JSON, a streamed array (``stream``) or one object."""
+        if response_media_type == "text/event-stream":
+            return Framing.SSE
+        if response_media_type == "application/json" or response_media_type.endswith("+json"):
+            return Framing.JSON_ARRAY if request.stream else Framing.JSON
+        return None
+
+    def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
+        """Reads a ``GenerateContentRequest`` (see the module docstring for what goes where).
+        Never raises: malformed input gives ``invalid_request`` violations."""
+        facts = RequestFacts(body_bytes=len(body))
+        if request is not None:
+            path = unquote(request.path_only)
+            facts.model = path_model(path)
+            facts.stream = path.endswith(STREAM_VERB) if facts.model is not None else None
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
+        if not isinstance(doc, dict):
+            return facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+        violations: list[Violation] = []
+        facts.messages = _messages(doc, violations)
+        _tools(doc, facts, violations)
+        facts.parameters = _parameters(doc, violations)
+        labels = doc.get("labels")
+        if isinstance(labels, dict):
+            facts.metadata = labels
+        elif labels is not None:
+            violations.append(Violation(V.INVALID_REQUEST, None, "labels is not an object"))
+        return facts, violations
+
+    def new_adapter(self, request: RequestFacts, view: RequestView) -> GeminiAdapter:
+        return GeminiAdapter()
+
+
+def path_model(path: str) -> str | None:
+    """The model of a URL-decoded ``.../models/{model}:(stream)GenerateContent`` path, else
+    ``None``."""
+    if not path.endswith((STREAM_VERB, UNARY_VERB)):
+        return None
+    head, sep, tail = path.rpartition(MODELS_SEGMENT)
+    model = tail.rpartition(":")[0]
+    if not sep or not model or "/" in model:
+        return None
+    return model
+
+
+def _messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
+    out: list[Any] = []
+    system = doc.get("systemInstruction", doc.get("system_instruction"))
+    if isinstance(system, dict):
+        out.append({**strip_inline_data(system), "role": "system"})
+    elif system is not None:
+        violations.append(Violation(V.INVALID_REQUEST, None, "systemInstruction is not an object"))
+    contents = doc.get("contents")
+    if isinstance(contents, list):
+        bad = sum(1 for c in contents if not isinstance(c, dict) or not isinstance(c.get("parts"), list))
+        if bad:
+            violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} content(s) without an object and parts"))
+        out.extend(strip_inline_data(c) for c in contents)
+    elif contents is None:
+        violations.append(Violation(V.INVALID_REQUEST, None, "missing required fields: contents"))
+    else:
+        violations.append(Violation(V.INVALID_REQUEST, None, "contents is not an array"))
+    return out
+
+
+def _tools(doc: dict[str, Any], facts: RequestFacts, violations: list[Violation]) -> None:
+    """``tools: [{functionDeclarations: [{name, description, parameters}]}, {googleSearch: {}}, ...]``;
+    only function declarations have names a ``functionCall`` can use."""
+    tools = doc.get("tools")
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        violations.append(Violation(V.INVALID_REQUEST, None, "tools is not an array"))
+        return
+    facts.tools = [t for t in tools if isinstance(t, dict)]
+    for tool in facts.tools:
+        for key in DECLARATION_KEYS:
+            decls = tool.get(key)
+            for decl in decls if isinstance(decls, list) else ():
+                if isinstance(decl, dict) and isinstance(decl.get("name"), str):
+                    facts.tool_names.append(decl["name"])
+
+
+def _parameters(doc: dict[str, Any], violations: list[Violation]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key in CONFIG_KEYS:
+        config = doc.get(key)
+        if isinstance(config, dict):
+            params.update(config)
+        elif config is not None:
+            violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not an object"))
+    params.update({k: doc[k] for k in PARAMETER_KEYS if k in doc})
+    return params
+
+
+def strip_inline_data(value: Any) -> Any:
+    """``value`` with the base64 ``data`` of every ``inlineData``/``inline_data`` blob (at any
+    depth, e.g. inside ``functionResponse.parts``) replaced by ``data_bytes`` (decoded size in
+    bytes); everything else returned as sent."""
+    if isinstance(value, list):
+        return [strip_inline_data(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in INLINE_KEYS and isinstance(item, dict) and isinstance(item.get("data"), str):
+            blob = {k: v for k, v in item.items() if k != "data"}
+            blob["data_bytes"] = base64_decoded_size(item["data"])
+            out[key] = blob
+        else:
+            out[key] = strip_inline_data(item)
+    return out
+
+
+class GeminiAdapter(AdapterBase):
+    """Maps ``GenerateContentResponse`` objects (SSE ``data``, JSON-array elements, or one whole
+    JSON body — an array body is read element by element) onto canonical events; see the
+    module docstring for the mapping. Checks: invalid JSON (``invalid_json``), a message that is
+    not a JSON object (``invalid_event``)."""
+
+    def __init__(self) -> None:
+        self._model: str | None = None
+        self._finished = False  # a finishReason or blockReason was seen
+        self._calls = 0  # function calls so far (their ordinal)
+        self._calls_by_candidate: Counter[int] = Counter()
+        self._done_seen = False
+
+    def on_message(self, message: Message) -> Out:
+        if message.data.strip() == "[DONE]":
+            return self._done_marker()
+        try:
+            obj = orjson.loads(message.data)
+        except orjson.JSONDecodeError as exc:
+            return [Violation(V.INVALID_JSON, None, f"response chunk: {exc}")]
+        out: Out = []
+        for item in obj if isinstance(obj, list) else [obj]:
+            if isinstance(item, dict):
+                self._response(item, out)
+            else:
+                out.append(Violation(V.INVALID_EVENT, None, "response chunk is not a JSON object"))
+        return out
+
+    def _done_marker(self) -> Out:
+        if self._done_seen:
+            return []
+        self._done_seen = True
+        return [Violation(V.INVALID_EVENT, None, "data [DONE] is not a Gemini response (a proxy's terminator)")]
+
+    def on_close(self) -> Out:
+        return [StreamEnd(None)] if self._finished else []
+
+    def _response(self, obj: dict[str, Any], out: Out) -> None:
+        err = obj.get("error")
+        if isinstance(err, dict):
+            out.append(_error(err))
+        model = obj.get("modelVersion")
+        if isinstance(model, str) and model and model != self._model:
+            self._model = model
+            out.append(ModelEvent(None, model))
+        candidates = obj.get("candidates")
+        if isinstance(candidates, list) and candidates:
+            for position, candidate in enumerate(candidates):
+                if isinstance(candidate, dict):
+                    self._candidate(position, candidate, out)
+        else:
+            self._prompt_feedback(obj.get("promptFeedback"), out)
+        _usage(obj.get("usageMetadata"), out)
+
+    def _candidate(self, position: int, cand: dict[str, Any], out: Out) -> None:
+        index = cand.get("index")
+        if not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 2**31):
+            index = position
+        content = cand.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict):
+                self._part(index, part, out)
+        reason = cand.get("finishReason")
+        if isinstance(reason, str):
+            self._finished = True
+            canonical = STOP_REASONS.get(reason, reason)
+            if reason == "STOP" and self._calls_by_candidate[index]:
+                canonical = "tool_use"
+            out.append(StopEvent(None, canonical, reason))
+
+    def _part(self, candidate: int, part: dict[str, Any], out: Out) -> None:
+        text = part.get("text")
+        if isinstance(text, str) and text:
+            if part.get("thought") is True:
+                out.append(ContentDelta(None, 2 * candidate + 1, text, "reasoning"))
+            else:
+                out.append(ContentDelta(None, 2 * candidate, text, "text"))
+        call = part.get("functionCall")
+        if isinstance(call, dict) and isinstance(call.get("name"), str):
+            cid, args = call.get("id"), call.get("args")
+            arguments = "" if args is None else orjson.dumps(args).decode()
+            out.append(ToolCallEvent(None, self._calls, cid if isinstance(cid, str) else None, call["name"], arguments))
+            self._calls += 1
+            self._calls_by_candidate[candidate] += 1
+
+    def _prompt_feedback(self, feedback: Any, out: Out) -> None:
+        reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+        if not isinstance(reason, str):
+            return
+        self._finished = True
+        out.append(StopEvent(None, "content_filter", reason))
+
+
+def _error(err: dict[str, Any]) -> ErrorEvent:
+    status, code, text = err.get("status"), err.get("code"), err.get("message")
+    if isinstance(status, str):
+        code_text: str | None = status
+    elif isinstance(code, int) and not isinstance(code, bool):
+        code_text = str(code)
+    else:
+        code_text = None
+    return ErrorEvent(None, code_text, text if isinstance(text, str) else None)
+
+
+def _count(meta: dict[str, Any], key: str) -> int | None:
+    value = meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage(meta: Any, out: Out) -> None:
+    """``usageMetadata`` running totals -> one ``UsageEvent`` when it has any count."""
+    if not isinstance(meta, dict):
+        return
+    prompt = _count(meta, "promptTokenCount")
+    candidates = _count(meta, "candidatesTokenCount")
+    thoughts = _count(meta, "thoughtsTokenCount")
+    output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    if prompt is not None or output is not None:
+        out.append(UsageEvent(None, prompt, output))

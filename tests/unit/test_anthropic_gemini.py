@@ -1,0 +1,491 @@
+"""Anthropic Messages and Google Gemini dialects: detection, request facts, framing and the
+adapters' edge cases. Expected values are written by hand from the vendors' documentation.
+
+The wire fixtures (``tests/fixtures/wire/anthropic.messages/``, ``tests/fixtures/wire/gemini/``,
+run by ``test_wire_fixtures.py``) reuse recorded bytes, trimmed where noted:
+
+- anthropic.messages ``text_stream`` (verbatim, no final newline), ``tool_use`` (plus the final
+  blank line), ``usage_cumulative`` (plus a final LF), ``refusal`` (verbatim): anthropics/
+  anthropic-sdk-python ``tests/lib/streaming/fixtures/basic_response.txt``,
+  ``tool_use_response.txt``, ``message_delta_fields_response.txt``, ``refusal_response.txt``;
+  ``truncated``, ``type_mismatch``, ``done_after_stop`` and ``vertex_stream_raw_predict`` are
+  ``basic_response.txt`` cut, relabelled or extended.
+- anthropic.messages ``error_mid_stream`` (one text delta added) and ``whitespace_padded``
+  (verbatim stream): coder/aibridge ``fixtures/anthropic/error.txtar`` and
+  ``fixtures/anthropic/multi_thinking_builtin_tool.txtar``.
+- gemini ``sse_text_crlf`` (three of its chunks, CRLF separators) and ``function_call``
+  (verbatim, with its request): junjihashimoto/louter
+  ``test-data/gemini/streaming_long/response.json`` and
+  ``test-data/gemini/streaming_function_calling/{request,response}_0.json``.
+- gemini ``prompt_blocked``: vercel/ai ``packages/google/src/__fixtures__/issue-19758-prompt-block.chunks.txt``
+  (as one SSE event); ``thought_summaries`` and ``parallel_calls_then_stop`` follow the shapes
+  of ``google-reasoning.chunks.txt`` and ``google-tool-call-gemini3.chunks.txt`` there.
+- The rest (``thinking_then_text``, ``ping_anywhere``, ``non_streaming_tool_use``,
+  ``redacted_thinking``; gemini ``max_tokens``, ``json_array_stream``, ``non_streaming_vertex``,
+  ``truncated``, ``usage_running_totals``, ``error_chunk``) are written from the vendors'
+  documented shapes (Anthropic "Streaming messages", "Tool use", "Extended thinking"; Gemini
+  API "Generating content", Vertex AI ``GenerateContentResponse``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from observer.dialects.anthropic import AnthropicAdapter, AnthropicDialect
+from observer.dialects.base import RequestView
+from observer.dialects.gemini import GeminiAdapter, GeminiDialect
+from observer.dialects.registry import default_registry
+from observer.events import (
+    ContentDelta,
+    ErrorEvent,
+    ModelEvent,
+    StopEvent,
+    StreamEnd,
+    StreamStart,
+    ToolCallDelta,
+    ToolCallEvent,
+    UsageEvent,
+)
+from observer.records import RequestFacts, Violation
+from observer.wire.frames import Framing, JSONFrame
+from observer.wire.sse import SSEEvent
+from tests.wirefeed import observe
+
+
+def view(path: str, method: str = "POST") -> RequestView:
+    return RequestView(method, "api.example", path, {"content-type": "application/json"})
+
+
+def sse(event: str, data: object) -> SSEEvent:
+    text = data if isinstance(data, str) else json.dumps(data)
+    return SSEEvent(event=event, data=text, id=None, retry=None, size_bytes=len(text))
+
+
+def frame(data: object) -> JSONFrame:
+    text = data if isinstance(data, str) else json.dumps(data)
+    return JSONFrame(text, len(text))
+
+
+def kinds(items: list) -> list[str]:
+    return [v.kind for v in items if isinstance(v, Violation)]
+
+
+def events(items: list) -> list:
+    return [e for e in items if not isinstance(e, Violation)]
+
+
+# --- detection ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/messages", "anthropic.messages"),
+        ("/v1/messages?beta=true", "anthropic.messages"),
+        ("/anthropic/v1/messages", "anthropic.messages"),
+        ("/api/anthropic/v1/messages", "anthropic.messages"),
+        ("/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict",
+         "anthropic.messages"),
+        ("/v1/projects/p/locations/global/publishers/anthropic/models/claude-opus-4-1%4020250805:rawPredict",
+         "anthropic.messages"),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini"),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", "gemini"),
+        ("/v1/models/gemini-2.0-flash:generateContent?key=AIza", "gemini"),
+        ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash-001"
+         ":streamGenerateContent?alt=sse", "gemini"),
+        ("/v1beta/models/gemini-2.5-flash%3AgenerateContent", "gemini"),
+    ],
+)  # fmt: skip
+def test_detected(path, name):
+    assert default_registry().classify(view(path)).name == name
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/messages/count_tokens",
+        "/v1/messages/batches",
+        "/v1/threads/thread_abc/messages",  # OpenAI Assistants: creates a thread message
+        "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/invoke-with-response-stream",  # Bedrock eventstream
+        "/v1/projects/p/locations/l/publishers/anthropic/models/claude-3-haiku:countTokens",
+        "/v1/projects/p/locations/l/publishers/mistralai/models/mistral-large:streamRawPredict",
+        "/v1beta/models/gemini-2.5-flash:countTokens",
+        "/v1beta/models/text-embedding-004:embedContent",
+        "/v1beta/models:generateContent",
+        "/v1beta/models/:generateContent",
+    ],
+)
+def test_not_detected(path):
+    found = default_registry().classify(view(path))
+    assert found is None or found.name not in {"anthropic.messages", "gemini"}
+
+
+def test_get_is_not_inference():
+    assert not AnthropicDialect().matches(view("/v1/messages", "GET"))
+    assert not GeminiDialect().matches(view("/v1beta/models/gemini-2.5-flash:generateContent", "GET"))
+
+
+# --- framing ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "media_type", "framing"),
+    [
+        ("/v1beta/models/g:streamGenerateContent?alt=sse", "text/event-stream", Framing.SSE),
+        ("/v1beta/models/g:streamGenerateContent", "application/json", Framing.JSON_ARRAY),
+        ("/v1beta/models/g:generateContent", "application/json", Framing.JSON),
+        ("/v1beta/models/g:generateContent", "text/plain", None),
+    ],
+)
+def test_gemini_framing(path, media_type, framing):
+    d = GeminiDialect()
+    facts, _ = d.parse_request(b'{"contents": []}', view(path))
+    assert d.framing(facts, view(path), media_type) is framing
+
+
+@pytest.mark.parametrize(
+    ("media_type", "framing"),
+    [("text/event-stream", Framing.SSE), ("application/json", Framing.JSON), ("application/x-ndjson", None)],
+)
+def test_anthropic_framing(media_type, framing):
+    facts = RequestFacts(stream=True)
+    assert AnthropicDialect().framing(facts, view("/v1/messages"), media_type) is framing
+
+
+# --- Anthropic requests -------------------------------------------------------------------
+
+
+def anthropic_request(doc: object, path: str = "/v1/messages"):
+    body = doc if isinstance(doc, bytes) else orjson.dumps(doc)
+    return AnthropicDialect().parse_request(body, view(path))
+
+
+def test_anthropic_request_nested_base64_and_text_document():
+    png = "iVBORw0KGgo="  # 8 bytes decoded
+    doc = {
+        "model": "claude-sonnet-4-0",
+        "max_tokens": 10,
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain text"}},
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}},
+            ]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]}]},
+        ],
+        "tools": [{"name": "shot", "input_schema": {"type": "object"}},
+                  {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],
+        "mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x", "authorization_token": "secret"}],
+        "top_k": 5,
+    }  # fmt: skip
+    facts, violations = anthropic_request(doc)
+    assert violations == []
+    assert facts.stream is False  # absent = non-streaming
+    assert facts.messages[0]["content"][0]["source"]["data"] == "plain text"  # text source kept
+    pdf = facts.messages[0]["content"][1]["source"]
+    assert pdf == {"type": "base64", "media_type": "application/pdf", "data_bytes": 6}
+    image = facts.messages[2]["content"][0]["content"][0]
+    assert image == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data_bytes": 8}}
+    assert facts.tool_names == ["shot", "web_search"]
+    assert facts.parameters == {"max_tokens": 10, "top_k": 5}
+    assert "secret" not in orjson.dumps(facts.to_dict()).decode()
+
+
+@pytest.mark.parametrize(
+    ("body", "details"),
+    [
+        (b"{nope", ["request body is not JSON"]),
+        (b"[1]", ["request body is not a JSON object"]),
+        (b"{}", ["missing required fields: model, messages, max_tokens"]),
+        (b'{"model": 5, "messages": {}, "max_tokens": 1, "stream": "yes", "tools": {}, "metadata": [], "system": 3}',
+         ["model is not a string", "stream is not a boolean", "system is neither a string nor an array",
+          "messages is not an array", "tools is not an array", "metadata is not an object"]),
+        (b'{"model": "m", "max_tokens": 1, "messages": [{"content": "x"}, 3]}',
+         ["2 message(s) without an object and role"]),
+    ],
+)  # fmt: skip
+def test_anthropic_request_violations(body, details):
+    facts, violations = anthropic_request(body)
+    assert {v.kind for v in violations} == {"invalid_request"}
+    assert [v.detail.split(":")[0] if "JSON:" in v.detail else v.detail for v in violations] == details
+    assert facts.body_bytes == len(body)
+
+
+def test_anthropic_vertex_model_from_path_and_raw_predict_non_streaming():
+    path = "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-3-5-haiku%4020241022:rawPredict"
+    facts, violations = anthropic_request(
+        {"anthropic_version": "vertex-2023-10-16", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        path,
+    )
+    assert violations == []  # no model in the body on Vertex
+    assert (facts.model, facts.stream) == ("claude-3-5-haiku@20241022", False)
+
+
+# --- Anthropic adapter --------------------------------------------------------------------
+
+
+def start(model: str = "claude-x", inp: int = 10, out: int = 1) -> dict:
+    return {"type": "message_start", "message": {"model": model, "usage": {"input_tokens": inp, "output_tokens": out}}}
+
+
+def test_anthropic_usage_assigned_across_several_message_deltas():
+    body = "".join(
+        f"event: {e['type']}\ndata: {orjson.dumps(e).decode()}\n\n"
+        for e in [
+            start(inp=377, out=1),
+            {"type": "message_delta", "delta": {"stop_reason": None}, "usage": {"output_tokens": 30}},
+            {"type": "message_delta", "delta": {"stop_reason": "pause_turn"}, "usage": {"output_tokens": 65}},
+            {"type": "message_stop"},
+        ]
+    ).encode()
+    record = observe("anthropic.messages", b'{"model":"m","max_tokens":9,"messages":[]}', [body], path="/v1/messages")
+    assert record["usage"] == {"input_tokens": 377, "output_tokens": 65, "reported": True}
+    assert (record["stop_reason"], record["outcome"]) == ("pause_turn", "completed")
+
+
+def test_anthropic_adapter_checks():
+    a = AnthropicAdapter()
+    assert kinds(a.on_message(sse("message_start", "{not json"))) == ["invalid_json"]
+    assert kinds(a.on_message(sse("message_start", "[1, 2]"))) == ["invalid_event"]
+    assert kinds(a.on_message(sse("x", {"no": "type"}))) == ["invalid_event"]
+    assert a.on_message(sse("", start())) == [StreamStart(None, "claude-x", None), UsageEvent(None, 10, 1)]
+    # a text_delta for a block its content_block_start opened as thinking; then one never opened
+    a.on_message(sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "thinking", "thinking": ""}}))  # fmt: skip
+    out = a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta", "text": "a"}}))  # fmt: skip
+    assert kinds(out) == ["invalid_event"] and events(out) == [ContentDelta(None, 0, "a", "text")]
+    delta = {"type": "input_json_delta", "partial_json": "{"}
+    out = a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": 4, "delta": delta}))
+    assert kinds(out) == ["invalid_event"] and events(out) == [ToolCallDelta(None, "4", 4, None, None, "{")]
+    out = a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": -1, "delta": {}}))
+    assert kinds(out) == ["invalid_event"]
+    out = a.on_message(sse("message_delta", {"type": "message_delta", "delta": {}, "usage": {"output_tokens": "7"}}))
+    assert kinds(out) == ["invalid_event"] and events(out) == []
+
+
+def test_anthropic_unknown_events_blocks_and_deltas_are_skipped():
+    # anthropics/anthropic-sdk-python tests/lib/streaming/fixtures/compaction_multi_delta_response.txt (trimmed)
+    a = AnthropicAdapter()
+    msgs = [
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "compaction", "content": None, "encrypted_content": None}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "compaction_delta", "content": "Earlier conversation ", "encrypted_content": "Epw"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "x"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": {}}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "some_future_event", "payload": 1},
+    ]  # fmt: skip
+    assert [a.on_message(sse(m["type"], m)) for m in msgs] == [[]] * len(msgs)
+
+
+def test_anthropic_error_then_done_stays_error():
+    body = (
+        b"event: message_start\ndata: " + orjson.dumps(start()) + b"\n\n"
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+        b"event: done\ndata: [DONE]\n\n"
+    )
+    record = observe("anthropic.messages", b'{"model":"m","max_tokens":9,"messages":[]}', [body], path="/v1/messages")
+    assert record["error"] == {"code": "overloaded_error", "message": "Overloaded"}
+    assert record["outcome"] == "error"
+    assert [v["kind"] for v in record["violations"]] == ["invalid_event", "missing_stream_end"]
+
+
+def test_anthropic_non_streaming_error_body_and_empty_tool_input():
+    a = AnthropicAdapter()
+    err = {"type": "error", "error": {"type": "api_error", "message": "Overloaded"}, "request_id": None}
+    assert a.on_message(frame(err)) == [ErrorEvent(None, "api_error", "Overloaded")]
+    msg = {"type": "message", "model": "claude-y", "content": [
+        {"type": "thinking", "thinking": "hmm", "signature": "s"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "tool_use", "id": "t", "name": "now", "input": {}}], "stop_reason": "tool_use"}  # fmt: skip
+    assert AnthropicAdapter().on_message(frame(msg)) == [
+        StreamStart(None, "claude-y", None),
+        ContentDelta(None, 0, "hmm", "reasoning"),
+        ContentDelta(None, 1, "", "reasoning"),
+        ToolCallEvent(None, 2, "t", "now", "{}"),
+        StopEvent(None, "tool_use", "tool_use"),
+        StreamEnd(None),
+    ]
+
+
+def test_anthropic_tool_without_arguments_streams_empty_string():
+    a = AnthropicAdapter()
+    block = {"type": "tool_use", "id": "t", "name": "now", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": ""}
+    out = a.on_message(sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": block}))
+    out += a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": delta}))
+    assert out == [ToolCallDelta(None, "1", 1, "t", "now", ""), ToolCallDelta(None, "1", 1, None, None, "")]
+
+
+def test_anthropic_reused_block_index():
+    a = AnthropicAdapter()
+
+    def block_start(index: int, block: dict) -> list:
+        return a.on_message(sse("content_block_start", {"type": "content_block_start", "index": index,
+                                                        "content_block": block}))  # fmt: skip
+
+    def json_delta(index: int, text: str) -> list:
+        delta = {"type": "input_json_delta", "partial_json": text}
+        return a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+
+    assert block_start(0, {"type": "tool_use", "id": "a", "name": "f", "input": {}}) == [
+        ToolCallDelta(None, "0", 0, "a", "f", "")
+    ]
+    assert json_delta(0, "{}") == [ToolCallDelta(None, "0", 0, None, None, "{}")]
+    out = block_start(0, {"type": "tool_use", "id": "b", "name": "g", "input": {}})
+    assert kinds(out) == ["reused_tool_index"] and events(out) == [ToolCallDelta(None, "0:2", 0, "b", "g", "")]
+    assert json_delta(0, "[") == [ToolCallDelta(None, "0:2", 0, None, None, "[")]
+    out = block_start(0, {"type": "text", "text": ""})
+    assert kinds(out) == ["invalid_event"] and events(out) == [ContentDelta(None, 0, "", "text")]
+
+
+# --- Gemini requests ----------------------------------------------------------------------
+
+
+def gemini_request(doc: object, path: str = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"):
+    body = doc if isinstance(doc, bytes) else orjson.dumps(doc)
+    return GeminiDialect().parse_request(body, view(path))
+
+
+def test_gemini_request_snake_case_and_nested_inline_data():
+    doc = {
+        "system_instruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [
+            {"role": "user", "parts": [{"inline_data": {"mime_type": "audio/wav", "data": "UklGRg=="}}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "snap", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "snap", "response": {"ok": True}, "parts": [
+                {"inlineData": {"mimeType": "image/jpeg", "data": "/9j/4AAQ"}}]}}]},
+        ],
+        "tools": [{"function_declarations": [{"name": "snap"}]}, {"codeExecution": {}}],
+        "generation_config": {"temperature": 0, "thinkingConfig": {"thinkingBudget": 0}},
+        "safety_settings": [],
+        "cachedContent": "cachedContents/abc",
+    }  # fmt: skip
+    facts, violations = gemini_request(doc)
+    assert violations == []
+    assert (facts.model, facts.stream) == ("gemini-2.5-flash", True)
+    assert facts.messages[0] == {"role": "system", "parts": [{"text": "Be brief."}]}
+    assert facts.messages[1]["parts"][0] == {"inline_data": {"mime_type": "audio/wav", "data_bytes": 4}}
+    nested = facts.messages[3]["parts"][0]["functionResponse"]["parts"][0]
+    assert nested == {"inlineData": {"mimeType": "image/jpeg", "data_bytes": 6}}
+    assert facts.tool_names == ["snap"]
+    assert facts.parameters == {
+        "temperature": 0, "thinkingConfig": {"thinkingBudget": 0}, "safety_settings": [],
+        "cachedContent": "cachedContents/abc",
+    }  # fmt: skip
+    assert facts.end_user is None and facts.metadata == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "details"),
+    [
+        (b"[]", ["request body is not a JSON object"]),
+        (b"{}", ["missing required fields: contents"]),
+        (b'{"contents": {}, "tools": {}, "generationConfig": [], "labels": "x", "systemInstruction": "s"}',
+         ["systemInstruction is not an object", "contents is not an array", "tools is not an array",
+          "generationConfig is not an object", "labels is not an object"]),
+        (b'{"contents": [{"role": "user"}, "x"]}', ["2 content(s) without an object and parts"]),
+    ],
+)  # fmt: skip
+def test_gemini_request_violations(body, details):
+    facts, violations = gemini_request(body)
+    assert [v.kind for v in violations] == ["invalid_request"] * len(details)
+    assert [v.detail for v in violations] == details
+    assert (facts.model, facts.stream, facts.body_bytes) == ("gemini-2.5-flash", True, len(body))
+
+
+def test_gemini_request_model_url_decoded_and_unary():
+    facts, _ = gemini_request(b'{"contents": []}', "/v1beta/models/tuned%2Dmodel%2D1:generateContent")
+    assert (facts.model, facts.stream) == ("tuned-model-1", False)
+
+
+# --- Gemini adapter -----------------------------------------------------------------------
+
+
+def test_gemini_two_candidates_blocks_and_stop_per_candidate():
+    g = GeminiAdapter()
+    chunk = {"candidates": [
+        {"index": 0, "content": {"parts": [{"text": "A"}, {"functionCall": {"name": "f"}}]}},
+        {"index": 1, "content": {"parts": [{"text": "plan", "thought": True}, {"text": "B"}]}, "finishReason": "STOP"},
+    ]}  # fmt: skip
+    assert g.on_message(frame(chunk)) == [
+        ContentDelta(None, 0, "A", "text"),
+        ToolCallEvent(None, 0, None, "f", ""),  # args absent: recorded as ""
+        ContentDelta(None, 3, "plan", "reasoning"),
+        ContentDelta(None, 2, "B", "text"),
+        StopEvent(None, "end_turn", "STOP"),  # candidate 1 made no function call
+    ]
+    assert g.on_message(frame({"candidates": [{"index": 0, "finishReason": "STOP"}]})) == [
+        StopEvent(None, "tool_use", "STOP")
+    ]
+    assert g.on_close() == [StreamEnd(None)]
+
+
+@pytest.mark.parametrize("reason", ["SAFETY", "RECITATION", "MALFORMED_FUNCTION_CALL", "OTHER", "BLOCKLIST"])
+def test_gemini_other_finish_reasons_kept(reason):
+    out = GeminiAdapter().on_message(frame({"candidates": [{"finishReason": reason}]}))
+    assert out == [StopEvent(None, reason, reason)]
+
+
+def test_gemini_adapter_checks_and_tolerances():
+    g = GeminiAdapter()
+    assert kinds(g.on_message(frame("{oops"))) == ["invalid_json"]
+    assert kinds(g.on_message(frame("[1, {}]"))) == ["invalid_event"]
+    assert kinds(g.on_message(frame("[DONE]"))) == ["invalid_event"]
+    assert g.on_message(frame(" [DONE]\n")) == []  # flagged once per stream
+    # streamed-arguments continuation parts carry no name: not recorded
+    assert g.on_message(frame({"candidates": [{"content": {"parts": [{"functionCall": {}}]}}]})) == []
+    assert g.on_message(frame({"error": {"code": 429, "message": "quota"}})) == [ErrorEvent(None, "429", "quota")]
+    assert g.on_message(frame({"modelVersion": "m1"})) == [ModelEvent(None, "m1")]
+    assert g.on_message(frame({"modelVersion": "m1"})) == []  # once per distinct value
+    assert g.on_message(frame({"usageMetadata": {"thoughtsTokenCount": 4}})) == [UsageEvent(None, None, 4)]
+    assert g.on_close() == []  # no finishReason: the record gets missing_stream_end
+
+
+def test_gemini_prompt_block_is_a_stop_not_an_error():
+    g = GeminiAdapter()
+    out = g.on_message(frame({"promptFeedback": {"blockReason": "OTHER", "blockReasonMessage": "Blocked by policy."}}))
+    assert out == [StopEvent(None, "content_filter", "OTHER")]
+    assert g.on_close() == [StreamEnd(None)]
+
+
+# --- robustness ---------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 2**64) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+ANTHROPIC_TYPES = ["message_start", "content_block_start", "content_block_delta", "message_delta", "message_stop",
+                   "error", "message", "ping"]  # fmt: skip
+ANTHROPIC_KEYS = ["message", "index", "content_block", "delta", "usage", "error", "content", "model", "stop_reason"]
+GEMINI_KEYS = ["candidates", "promptFeedback", "usageMetadata", "modelVersion", "error"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    etype=st.sampled_from(ANTHROPIC_TYPES) | json_values,
+    fields=st.dictionaries(st.sampled_from(ANTHROPIC_KEYS), json_values, max_size=4),
+)
+def test_anthropic_adapter_never_raises(etype, fields):
+    a = AnthropicAdapter()
+    for data in ({"type": etype, **fields}, {"type": "content_block_delta", "index": 0, "delta": fields}):
+        for item in a.on_message(sse("", data)):
+            assert isinstance(item, Violation) or item.seq is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from(GEMINI_KEYS), json_values, max_size=4), cand=json_values)
+def test_gemini_adapter_never_raises(fields, cand):
+    g = GeminiAdapter()
+    g.on_message(frame(fields))
+    g.on_message(frame({"candidates": [cand, {"content": {"parts": [cand]}, "finishReason": "STOP"}]}))
+    assert g.on_close() == [StreamEnd(None)]
