@@ -3,10 +3,11 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+CLIENTS_STAMP := $(VENV)/.clients-installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench demo clean
 
-install: $(STAMP)
+install: $(STAMP) $(CLIENTS_STAMP)
 
 # Creates .venv from the first Python >= 3.12 found on PATH or under pyenv, then installs the
 # exact pins of requirements.lock (mitmproxy pins its own dependencies exactly) and the project.
@@ -19,14 +20,33 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 
-run: install
+# The real servers and official SDK clients of the end-to-end tests and `make demo`
+# (llama-cpp-python[server], llm-katan, openai, anthropic, google-genai; SmolLM2 GGUF), into the
+# same venv, constrained by requirements.lock so no core pin moves. llama-cpp-python builds
+# from source once (~4 min on 2 cores); pip keeps the built wheel in its cache
+# (~/.cache/pip/wheels) and every later install reuses it.
+$(CLIENTS_STAMP): $(STAMP) requirements.lock requirements-clients.lock requirements-nodeps.lock
+	@$(PY) -m pip cache list llama_cpp_python 2>/dev/null | grep -q 'llama_cpp_python-0.3.36-' || \
+	  echo "building llama-cpp-python 0.3.36 from source (once: pip caches the wheel; a few minutes on 2 cores)..."
+	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-$$(nproc)} \
+	  $(PY) -m pip install -q -c requirements.lock -r requirements-clients.lock
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.lock
+	@touch $(CLIENTS_STAMP)
+
+run: $(STAMP)
 	$(VENV)/bin/observer run
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install
+bench: $(STAMP)
 	$(PY) bench/latency.py
+
+# A real model (SmolLM2-135M-Instruct on llama-cpp-python's server) behind `observer run`: one
+# chat completion streamed through the proxy with the openai SDK, tokens printed as they arrive,
+# then the stored record from the query API. Everything on 127.0.0.1, bounded, cleaned up.
+demo: install
+	$(PY) scripts/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -74,3 +74,20 @@ def test_gzip_random_splits(dialect, case, points):
     record = observe_case(c, split_at(wire, points))
     assert_matches(record, c.expected)
     assert record["response_bytes"] == len(wire)
+
+
+@pytest.mark.parametrize(("dialect", "case"), CASES, ids=IDS)
+def test_brotli_flushed(dialect, case):
+    """The body br-encoded (flushed per line) in 7-byte chunks gives the same record."""
+    import brotli
+
+    c = load(dialect, case)
+    if c.content_encoding is not None:
+        pytest.skip("fixture is already content-encoded")
+    comp = brotli.Compressor()
+    parts = re.findall(rb".*?\n|.+", c.body, re.S)
+    wire = b"".join(comp.process(p) + comp.flush() for p in parts) + comp.finish()
+    c.content_encoding = "br"
+    record = observe_case(c, [wire[i : i + 7] for i in range(0, len(wire), 7)])
+    assert_matches(record, c.expected)
+    assert record["response_bytes"] == len(wire)
