@@ -1,10 +1,15 @@
-"""Makes a record storable in every supported database, in the writer thread.
+"""Makes a record storable and servable by every supported database and by the API, in the
+writer thread (never on the proxy's event loop).
 
-PostgreSQL ``text`` and ``jsonb`` cannot hold U+0000 (JSON allows ``\\u0000`` in strings), so a
-stream could otherwise get its whole record refused — and dodge the audit. The character is
-replaced by U+FFFD on every backend (records stay identical across SQLite and PostgreSQL) and
-one ``unstorable_character`` violation names the fields that changed. Runs off the proxy's
-event loop (called by ``AuditStore.write_many``); cost is one C-level scan per string.
+- PostgreSQL ``text`` and ``jsonb`` cannot hold U+0000 (JSON allows ``\\u0000`` in strings):
+  it is replaced by U+FFFD on every backend, so records stay identical across SQLite and
+  PostgreSQL, and one ``unstorable_character`` violation names the fields that changed.
+- JSON nested deeper than ``MAX_JSON_DEPTH`` levels (a 2 KB request of 1000 brackets was enough
+  to crash recursive code and to make the API's serialiser fail) is cut: the too-deep value is
+  replaced by a marker string and one ``unstorable_character`` violation says so.
+
+Iterative (explicit stack), so no input depth can raise ``RecursionError``; cost is one pass over
+the record's strings and containers.
 """
 
 from __future__ import annotations
@@ -15,24 +20,60 @@ from observer.records import Exchange, Violation, ViolationKind
 
 NUL = "\x00"
 REPLACEMENT = "\ufffd"
+MAX_JSON_DEPTH = 64  # levels of nesting kept in request JSON (the API serialises up to ~250)
+DEPTH_MARKER = "<nested deeper than 64 levels: not stored>"
+DEEP = "deep:"  # prefix of a hit that is a depth cut, not a NUL
 
 
 def _clean(value: Any, path: str, hits: list[str]) -> Any:
+    """``value`` with NUL replaced in every string (keys too) and containers cut at
+    ``MAX_JSON_DEPTH``; appends ``path`` to ``hits`` once per change kind found."""
     if isinstance(value, str):
         if NUL in value:
             hits.append(path)
             return value.replace(NUL, REPLACEMENT)
         return value
-    if isinstance(value, dict):
-        return {_clean(k, path, hits): _clean(v, path, hits) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v, path, hits) for v in value]
-    return value
+    if not isinstance(value, dict | list):
+        return value
+    root: list[Any] = [None]
+    # Work items: (source container, target container, key in target, depth).
+    stack: list[tuple[Any, Any, Any, int]] = [(value, root, 0, 1)]
+    deep = False
+    while stack:
+        src, parent, key, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            parent[key] = DEPTH_MARKER
+            deep = True
+            continue
+        if isinstance(src, dict):
+            out: Any = {}
+            parent[key] = out
+            for k, v in src.items():
+                if isinstance(k, str) and NUL in k:
+                    hits.append(path)
+                    k = k.replace(NUL, REPLACEMENT)
+                if isinstance(v, dict | list):
+                    out[k] = None
+                    stack.append((v, out, k, depth + 1))
+                else:
+                    out[k] = _clean(v, path, hits)
+        else:
+            out = [None] * len(src)
+            parent[key] = out
+            for i, v in enumerate(src):
+                if isinstance(v, dict | list):
+                    stack.append((v, out, i, depth + 1))
+                else:
+                    out[i] = _clean(v, path, hits)
+    if deep:
+        hits.append(DEEP + path)
+    return root[0]
 
 
 def make_portable(record: Exchange) -> Exchange:
-    """Replaces U+0000 in every string of ``record`` (in place) and records which fields
-    changed in one ``unstorable_character`` violation; returns the record."""
+    """Replaces U+0000 in every string of ``record`` and cuts JSON nested beyond
+    ``MAX_JSON_DEPTH`` (in place); records which fields changed in one ``unstorable_character``
+    violation; returns the record. Idempotent."""
     hits: list[str] = []
     for name in ("host", "path", "method", "http_version", "request_id", "model", "stop_reason",
                  "stop_reason_raw", "response_body", "transport_error"):  # fmt: skip
@@ -55,9 +96,16 @@ def make_portable(record: Exchange) -> Exchange:
     record.violations = [
         Violation(v.kind, v.seq, _clean(v.detail, "violations.detail", hits)) for v in record.violations
     ]
-    if hits:
-        fields = ", ".join(dict.fromkeys(hits))
+    nul = [h for h in dict.fromkeys(hits) if not h.startswith(DEEP)]
+    deep = [h.removeprefix(DEEP) for h in dict.fromkeys(hits) if h.startswith(DEEP)]
+    if nul:
         record.violations.append(
-            Violation(ViolationKind.UNSTORABLE_CHARACTER, None, f"U+0000 replaced by U+FFFD in: {fields}")
+            Violation(ViolationKind.UNSTORABLE_CHARACTER, None, f"U+0000 replaced by U+FFFD in: {', '.join(nul)}")
+        )
+    if deep:
+        record.violations.append(
+            Violation(
+                ViolationKind.UNSTORABLE_CHARACTER, None, f"JSON nested beyond {MAX_JSON_DEPTH} levels cut in: {', '.join(deep)}"
+            )
         )
     return record

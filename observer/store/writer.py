@@ -57,23 +57,25 @@ log = logging.getLogger(__name__)
 #: Minimum seconds between two "queue full" warnings.
 DROP_WARNING_INTERVAL_S = 10.0
 
-#: Errors that say "this record's values cannot be stored", as opposed to "the database is not
-#: available": isolated record by record and rejected instead of retried forever.
-_POISON_ERRORS: tuple[type[BaseException], ...] = (
-    sa_exc.DataError,
-    sa_exc.IntegrityError,
-    ArithmeticError,  # OverflowError: int beyond SQLite's 64 bits
-    UnicodeError,  # lone surrogates cannot be encoded as UTF-8
-    ValueError,
-    TypeError,
+#: Errors that say "the database is not available" (connection refused or lost, timeout,
+#: missing table, server-side failure): the batch is held and retried. Every other error says
+#: "these records cannot be stored" (DataError, IntegrityError, OverflowError, UnicodeError,
+#: RecursionError on a pathological record, a bug in row building, ...): isolated record by
+#: record and rejected, so one poison record can never stop the audit trail.
+_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.InternalError,
+    sa_exc.ProgrammingError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+    ConnectionError,
+    TimeoutError,
 )
 
 
 def _is_poison(exc: BaseException) -> bool:
-    if isinstance(exc, _POISON_ERRORS):
-        return True
-    # A StatementError that is not a driver error was raised while binding the parameters.
-    return isinstance(exc, sa_exc.StatementError) and not isinstance(exc, sa_exc.DBAPIError)
+    return not isinstance(exc, _UNAVAILABLE_ERRORS)
 
 
 class _Unavailable(Exception):
@@ -380,10 +382,10 @@ class RecordWriter:
         kept = False
         if self._rejected_path is not None and payload is not None:
             try:
-                entry = {"error": type(exc).__name__, "message": str(exc), "record": payload}
+                entry = {"error": type(exc).__name__, "message": str(exc)[:2000], "record": payload}
                 _append(self._rejected_path, _json_line(entry))
                 kept = True
-            except (OSError, TypeError, ValueError):
+            except (OSError, TypeError, ValueError, RecursionError):
                 pass
         log.error(
             "audit writer: record %s cannot be written (%s); %s",

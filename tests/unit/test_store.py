@@ -427,3 +427,28 @@ def test_request_facts_round_trip_every_field(store: AuditStore) -> None:
         "request_id": "req-9",
     }  # fmt: skip
     assert store.list(1)[0][0]["end_user"] == "user-7"
+
+
+def test_deeply_nested_request_is_cut_not_fatal(store: AuditStore) -> None:
+    """Trial finding: a 2 KB request of 1000 nested brackets crashed the writer (RecursionError,
+    retried forever, audit trail stopped) and 260 levels made the API fail. Now nesting beyond
+    64 levels is cut with a violation, and the record is stored and served."""
+    deep: object = []
+    for _ in range(1000):
+        deep = [deep]
+    rec = unreported_usage_record()
+    rec.request.parameters = {"x": deep}
+    store.write_many([rec])
+    got = store.get(rec.id)
+    assert got is not None
+    value = got["request"]["parameters"]["x"]
+    lists = 0  # parameters is level 1; the lists at levels 2..64 are kept, level 65 is cut
+    while isinstance(value, list):
+        value, lists = value[0], lists + 1
+    assert value == "<nested deeper than 64 levels: not stored>"
+    assert lists == 63
+    assert got["violations"][-1] == {
+        "kind": "unstorable_character",
+        "seq": None,
+        "detail": "JSON nested beyond 64 levels cut in: request.parameters",
+    }

@@ -343,3 +343,32 @@ def test_start_twice_is_an_error(store: AuditStore) -> None:
     with pytest.raises(RuntimeError):
         writer.start()
     writer.close()
+
+
+def test_poison_record_of_any_error_type_is_rejected_not_retried(
+    store: AuditStore, make_exchange: Callable[..., Exchange], tmp_path: Path
+) -> None:
+    """Trial finding: a RecursionError from one record was taken for "database unavailable" and
+    retried forever, stopping every later record. Errors that are not the database's are now
+    the record's: it is rejected, the others are written."""
+
+    class Poisoning:
+        def __init__(self, inner: AuditStore) -> None:
+            self.inner = inner
+
+        def write_many(self, records):
+            if any(r.id == "poison" for r in records):
+                raise RecursionError("maximum recursion depth exceeded")
+            self.inner.write_many(records)
+
+    writer = RecordWriter(Poisoning(store), batch_max=10, flush_interval_s=0.01, spool_path=tmp_path / "s.jsonl")  # type: ignore[arg-type]
+    writer.start()
+    recs = _records(make_exchange, 3)
+    writer.submit(recs[0])
+    writer.submit(make_exchange("poison", recs[0].started_at))
+    writer.submit(recs[1])
+    writer.submit(recs[2])
+    writer.close()
+    assert (writer.written, writer.rejected) == (3, 1)
+    assert _count(store) == 3
+    assert (tmp_path / "s.jsonl.rejected").read_text().count('"poison"') >= 1
