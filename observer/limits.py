@@ -18,6 +18,12 @@ class Limits:
       of bad events must not make a multi-GB record).
     - ``max_decode_ratio``: decoded bytes per Content-Encoded byte (plus 1 MiB) before decoding
       stops with ``content_decoding_error`` (decompression bombs on the proxy loop).
+    - ``max_stream_events``: messages parsed per stream; beyond it observation stops with
+      ``oversize_stream`` (bounds the proxy-loop CPU one hostile stream can take: a small
+      compressed body can expand into millions of tiny events).
+    - Strings the stream names (model, ids, tool names, stop reasons, error codes) are kept up to
+      ``MAX_NAME_CHARS``, error messages up to ``MAX_MESSAGE_CHARS``, violation details up to
+      ``MAX_DETAIL_CHARS`` (counts alone do not bound memory: 1000 tool calls with 1 MB names did).
     """
 
     max_event_bytes: int = field(default=1 << 20, metadata={"help": "Cap of one SSE event (bytes)."})
@@ -26,6 +32,9 @@ class Limits:
     max_body_bytes: int = field(default=64 << 10, metadata={"help": "Error/non-SSE body kept verbatim (bytes)."})
     max_json_body_bytes: int = field(
         default=16 << 20, metadata={"help": "Non-streaming JSON answer parsed for the record (bytes)."}
+    )
+    max_stream_events: int = field(
+        default=500_000, metadata={"help": "Messages parsed per stream before observation stops (count)."}
     )
     max_violations: int = field(default=1000, metadata={"help": "Violations kept per record (count)."})
     max_tool_calls: int = field(default=1000, metadata={"help": "Tool calls kept per record (count)."})
@@ -36,3 +45,13 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+MAX_NAME_CHARS = 1024
+MAX_MESSAGE_CHARS = 64 << 10
+MAX_DETAIL_CHARS = 512
+
+
+def clip(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters, with a marker saying how many were dropped."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[{len(text) - limit} chars cut]"

@@ -32,7 +32,7 @@ from observer.events import (
     ToolCallEvent,
     UsageEvent,
 )
-from observer.limits import DEFAULT_LIMITS, Limits
+from observer.limits import DEFAULT_LIMITS, MAX_DETAIL_CHARS, MAX_MESSAGE_CHARS, MAX_NAME_CHARS, Limits, clip
 from observer.records import Block, ErrorInfo, Exchange, Outcome, RequestFacts, ToolCall, Usage, Violation, ViolationKind
 
 
@@ -43,6 +43,17 @@ class EndCause(enum.StrEnum):
     CLIENT_ABORTED = "client_aborted"  # the client went away (mitmproxy ``error``: client side)
     UPSTREAM_FAILED = "upstream_failed"  # the upstream connection broke or reset mid-body
     SHUTDOWN = "shutdown"  # the observer stopped while the stream was still open
+
+
+_COALESCE_PARTS = 256  # join a block's pieces this often: one-character deltas must not cost ~58 B each
+
+
+def _append(parts: list[str], text: str) -> None:
+    """Appends ``text``; every ``_COALESCE_PARTS`` pieces are joined into one, so memory stays
+    proportional to the characters kept, not to the number of deltas (amortised O(n))."""
+    parts.append(text)
+    if len(parts) >= _COALESCE_PARTS:
+        parts[:] = ["".join(parts)]
 
 
 @dataclass(slots=True)
@@ -96,6 +107,8 @@ class Reassembler:
     def violation(self, v: Violation) -> None:
         """Records a violation found by a lower layer (wire decoder, dialect adapter, tap)."""
         if len(self._violations) < self._limits.max_violations:
+            if len(v.detail) > MAX_DETAIL_CHARS:
+                v = Violation(v.kind, v.seq, clip(v.detail, MAX_DETAIL_CHARS) or "")
             self._violations.append(v)
         else:
             self._dropped[f"violation {v.kind}"] += 1
@@ -114,24 +127,25 @@ class Reassembler:
             case StreamStart():
                 self._started = True
                 if ev.model is not None:
-                    self._model = ev.model
+                    self._model = clip(ev.model, MAX_NAME_CHARS)
                 self._check_request_id(ev.request_id, ev.seq, "stream.start")
             case ContentStop():
                 block = self._block(ev.index, "text")
+                reason = clip(ev.stop_reason, MAX_NAME_CHARS)
                 if block is not None:
-                    block.stop_reason = ev.stop_reason
-                self._stop_reason = ev.stop_reason
-                self._stop_reason_raw = ev.stop_reason_raw
+                    block.stop_reason = reason
+                self._stop_reason = reason
+                self._stop_reason_raw = clip(ev.stop_reason_raw, MAX_NAME_CHARS)
             case ToolCallEvent():
                 self._on_tool_call(ev)
             case ToolCallDelta():
                 self._on_tool_fragment(ev)
             case StopEvent():
-                self._stop_reason = ev.stop_reason
-                self._stop_reason_raw = ev.stop_reason_raw
+                self._stop_reason = clip(ev.stop_reason, MAX_NAME_CHARS)
+                self._stop_reason_raw = clip(ev.stop_reason_raw, MAX_NAME_CHARS)
             case ModelEvent():
                 if ev.model:
-                    self._model = ev.model
+                    self._model = clip(ev.model, MAX_NAME_CHARS)
             case UsageEvent():
                 # Assign, never add: each usage event carries the totals so far (draft §5.3).
                 if ev.input_tokens is not None:
@@ -141,7 +155,7 @@ class Reassembler:
                 self._usage.reported = True
             case ErrorEvent():
                 if self._error is None:
-                    self._error = ErrorInfo(ev.code, ev.message)
+                    self._error = ErrorInfo(clip(ev.code, MAX_NAME_CHARS), clip(ev.message, MAX_MESSAGE_CHARS))
             case StreamEnd():
                 self._check_request_id(ev.request_id, ev.seq, "stream.end")
                 self._ended = True
@@ -154,16 +168,18 @@ class Reassembler:
             return
         text = self._take(ev.text)
         if text:
-            block.parts.append(text)
+            _append(block.parts, text)
 
     def _on_tool_call(self, ev: ToolCallEvent) -> None:
         declared = ev.name is not None and ev.name in self._declared
+        name = clip(ev.name, MAX_NAME_CHARS)
         if not declared:
             self.violation(
-                Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, f"tool {ev.name!r} was not declared in the request")
+                Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, f"tool {name!r} was not declared in the request")
             )
         if len(self._tool_calls) < self._limits.max_tool_calls:
-            self._tool_calls.append(ToolCall(ev.index, ev.id, ev.name, self._take(ev.arguments), declared))
+            call = ToolCall(ev.index, clip(ev.id, MAX_NAME_CHARS), name, self._take(ev.arguments), declared)
+            self._tool_calls.append(call)
         else:
             self._dropped["tool call"] += 1
 
@@ -173,19 +189,19 @@ class Reassembler:
             if len(self._tool_calls) >= self._limits.max_tool_calls:
                 self._dropped["tool call fragment"] += 1
                 return
-            call = ToolCall(ev.index, ev.id, ev.name, "", False)
+            call = ToolCall(ev.index, clip(ev.id, MAX_NAME_CHARS), clip(ev.name, MAX_NAME_CHARS), "", False)
             self._tool_calls.append(call)
             entry = self._fragments[ev.key] = (call, [], ev.seq)
         call, parts, _ = entry
         if call.index is None:
             call.index = ev.index
         if call.id is None:
-            call.id = ev.id
+            call.id = clip(ev.id, MAX_NAME_CHARS)
         if call.name is None:
-            call.name = ev.name
+            call.name = clip(ev.name, MAX_NAME_CHARS)
         arguments = self._take(ev.arguments)
         if arguments:
-            parts.append(arguments)
+            _append(parts, arguments)
 
     def _take(self, text: str) -> str:
         """Returns the part of ``text`` that fits under the per-stream cap."""
@@ -213,6 +229,7 @@ class Reassembler:
     def _check_request_id(self, rid: str | None, seq: int | None, where: str) -> None:
         if rid is None:
             return
+        rid = clip(rid, MAX_NAME_CHARS) or ""
         if self._request_id is None:
             self._request_id = rid
         expected = self._request_meta_id if self._request_meta_id is not None else self._request_id
@@ -257,9 +274,9 @@ class Reassembler:
         exchange.events = self._events
         if self._first_text_s is not None and request_start_s is not None:
             exchange.ttft_s = max(0.0, self._first_text_s - request_start_s)
-        if not self._ended and readable:
-            self.violation(Violation(ViolationKind.MISSING_STREAM_END, None, _MISSING_END_DETAIL[end]))
         exchange.violations.extend(self._violations)
+        if not self._ended and readable:  # end-of-stream facts are kept even when the cap is full
+            exchange.violations.append(Violation(ViolationKind.MISSING_STREAM_END, None, _MISSING_END_DETAIL[end]))
         if self._dropped:
             counts = ", ".join(f"{n} {what}" for what, n in sorted(self._dropped.items()))
             exchange.violations.append(

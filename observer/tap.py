@@ -64,6 +64,7 @@ class StreamObserver:
         )
         self._decoder: ContentDecoder | None = None
         self._broken = False
+        self._messages = 0
         try:
             # Bounded decoding: a decompression bomb stops observation, never the proxy loop.
             self._decoder = make_decoder(content_encoding, max_ratio=limits.max_decode_ratio)
@@ -111,6 +112,16 @@ class StreamObserver:
 
     def _dispatch(self, item: object, now_s: float) -> None:
         r = self._reassembler
+        if self._broken:
+            return
+        if not isinstance(item, Violation):
+            self._messages += 1
+            if self._messages > self._limits.max_stream_events:
+                self._stop(
+                    ViolationKind.OVERSIZE_STREAM,
+                    f"more than {self._limits.max_stream_events} messages: observation stopped",
+                )
+                return
         if isinstance(item, Violation):
             r.violation(item)
             if item.kind == ViolationKind.OVERSIZE_EVENT:

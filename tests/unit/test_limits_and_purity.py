@@ -112,10 +112,44 @@ def test_violation_tool_call_and_block_caps():
     rec = observe("llm-stream-1.0", REQ, [START, calls, blocks, bad], limits=limits)
     assert len(rec["tool_calls"]) == 3
     assert [b["index"] for b in rec["blocks"]] == [8, 9, 10, 11]
-    assert len(rec["violations"]) == 6
+    assert len(rec["violations"]) == 7
+    assert rec["violations"][-2]["kind"] == "missing_stream_end"  # end-of-stream facts are never capped
     assert rec["violations"][-1] == {
         "kind": "oversize_record",
         "seq": None,
         "detail": "dropped beyond the per-record caps: 2 content block event, 4 tool call, "
-        "50 violation invalid_event, 1 violation missing_stream_end, 2 violation undeclared_tool",
+        "50 violation invalid_event, 2 violation undeclared_tool",
     }
+
+
+def test_long_names_and_details_are_clipped():
+    """Trial finding: 1000 tool calls with 1 MB names made a 2 GB record. Names, ids and
+    violation details are clipped (with a marker), arguments count against the text cap."""
+    name = "n" * 100_000
+    call = (
+        b'event: tool.call\ndata: {"v":"1.0","seq":1,"type":"tool.call","index":0,"id":"c1","name":"%s",'
+        b'"arguments":"{}"}\n\n' % name.encode()
+    )
+    rec = observe("llm-stream-1.0", REQ, [START, call, END])
+    (tc,) = rec["tool_calls"]
+    assert tc["name"] == "n" * 1024 + "…[98976 chars cut]"
+    (v,) = [v for v in rec["violations"] if v["kind"] == "undeclared_tool"]
+    assert len(v["detail"]) <= 512 + len("…[99999999 chars cut]")
+
+
+def test_one_char_deltas_are_coalesced():
+    """Trial finding: 8M one-character deltas held ~58 B per character; pieces are joined."""
+    from observer.reassembly import _append
+
+    parts: list[str] = []
+    for _ in range(10_000):
+        _append(parts, "x")
+    assert len(parts) < 256 and "".join(parts) == "x" * 10_000
+
+
+def test_event_cap_stops_observation():
+    body = START + b"".join(delta(i, "x") for i in range(1, 30)) + END
+    rec = observe("llm-stream-1.0", REQ, [body], limits=Limits(max_stream_events=10))
+    assert rec["text"] == "x" * 9
+    assert [v["kind"] for v in rec["violations"]] == ["oversize_stream"]
+    assert rec["outcome"] == "unreadable"
