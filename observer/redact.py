@@ -3,8 +3,10 @@
 Vendors and clouds accept credentials in the query string (Gemini ``?key=``, Azure SAS ``sig=``,
 AWS SigV4 ``X-Amz-Signature``/``X-Amz-Credential``/``X-Amz-Security-Token``, GCS
 ``X-Goog-Signature``, OAuth ``access_token``/``code``/``client_secret``); headers are never
-recorded at all. Parameter names are matched case-insensitively: exact names, and any name
-containing one of the credential words.
+recorded at all. A parameter name is split into words at ``-``, ``_`` and ``.`` and matched
+case-insensitively: the whole name against ``SECRET_QUERY_NAMES``, each word against
+``SECRET_QUERY_WORDS`` (so ``x-api-key`` and ``refresh_token`` match, ``keyboard`` and
+``max_tokens`` do not).
 """
 
 from __future__ import annotations
@@ -13,13 +15,21 @@ import re
 from urllib.parse import parse_qsl, urlencode
 
 REDACTED = "REDACTED"
-SECRET_QUERY_NAMES = frozenset({"sig", "code", "pwd", "auth", "session", "sessionid", "jwt", "sas"})
-SECRET_QUERY_WORDS = re.compile(r"key|token|secret|passw|signature|credential|authoriz", re.IGNORECASE)
+SECRET_QUERY_NAMES = frozenset(
+    {"sig", "code", "pwd", "auth", "session", "sessionid", "jwt", "sas", "apikey", "passwd", "accesstoken", "authtoken"}
+)
+SECRET_QUERY_WORDS = frozenset(
+    {"key", "token", "secret", "password", "passwd", "signature", "credential", "credentials", "authorization"}
+)
+_WORD_SPLIT = re.compile(r"[-_.]")
 
 
 def is_secret_param(name: str) -> bool:
     """True for query parameter names that carry credentials (see the module docstring)."""
-    return name.lower() in SECRET_QUERY_NAMES or SECRET_QUERY_WORDS.search(name) is not None
+    lowered = name.lower()
+    if lowered in SECRET_QUERY_NAMES:
+        return True
+    return any(word in SECRET_QUERY_WORDS for word in _WORD_SPLIT.split(lowered))
 
 
 def redact_path(path: str) -> str:

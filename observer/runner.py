@@ -30,6 +30,8 @@ def check_port_free(host: str, port: int, option: str) -> None:
     if port == 0:
         return
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # As mitmproxy and uvicorn bind: sockets of a just-stopped run in TIME_WAIT do not count.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

@@ -159,8 +159,11 @@ class StreamObserver:
                 tail = self._decoder.close()
                 self._consume(tail, now_s)
                 if self._framer is not None:
-                    for item in self._framer.close():
-                        self._dispatch(item, now_s)
+                    # Only a clean end can leave a final message without its terminator
+                    # (``unterminated_final_event``); after an abort the tail is just cut off.
+                    if end is EndCause.EOF:
+                        for item in self._framer.close():
+                            self._dispatch(item, now_s)
                     self._apply(self._adapter.on_close(), now_s)
             except ObserverError as exc:
                 self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))

@@ -30,6 +30,14 @@ class RequestView:
         return media_type(self.headers.get("content-type"))
 
     @property
+    def media_types(self) -> list[str]:
+        """Every media type a (possibly repeated) ``Content-Type`` names: proxies join repeated
+        header lines with ``", "``, so ``a/b, c/d`` gives both (a second header must not hide
+        the first from detection)."""
+        value = self.headers.get("content-type") or ""
+        return [media_type(part) for part in value.split(",") if part.strip()]
+
+    @property
     def path_only(self) -> str:
         """The path without the query string."""
         return self.path.split("?", 1)[0]

@@ -43,7 +43,7 @@ class StandardDialect(DialectBase):
     name = "llm-stream-1.0"
 
     def matches(self, request: RequestView) -> bool:
-        return request.media_type == MEDIA_TYPE
+        return MEDIA_TYPE in request.media_types
 
     def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
         """Always SSE (draft §4.9: ``text/event-stream``); any other media type is unreadable."""
@@ -55,6 +55,8 @@ class StandardDialect(DialectBase):
         Never raises: malformed input gives ``invalid_request`` / ``unsupported_version``."""
         facts = RequestFacts(body_bytes=len(body))
         violations: list[Violation] = []
+        if request is not None and request.method != "POST":
+            violations.append(Violation(V.INVALID_REQUEST, None, f"method {request.method} (draft §3: POST)"))
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:

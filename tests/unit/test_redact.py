@@ -25,3 +25,9 @@ def test_other_parameters_and_paths_unchanged():
     )
     assert redact_path("/v1/stream") == "/v1/stream"
     assert redact_path("/a?alt=sse&key=k1&key=k2") == "/a?alt=sse&key=REDACTED&key=REDACTED"
+
+
+@pytest.mark.parametrize("name", ["keyboard", "max_tokens", "monkey", "alt", "model", "tokens_used", "page"])
+def test_ordinary_names_kept(name):
+    """Trial finding: keyboard=2 was redacted; max_tokens would have been."""
+    assert redact_path(f"/v1/x?{name}=2") == f"/v1/x?{name}=2"

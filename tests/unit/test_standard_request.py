@@ -114,3 +114,15 @@ def test_wrong_types_are_flagged(body, details):
 def test_non_object_messages_kept_as_sent():
     facts, _ = StandardDialect().parse_request(b'{"version":"1.0","stream":true,"model":"m","messages":["hi"]}')
     assert facts.messages == ["hi"]
+
+
+def test_repeated_content_type_header_still_detected():
+    """Trial finding: a second Content-Type line (joined as "a, b") hid the request."""
+    for value in ["application/llm-request+json, text/plain", "text/plain, application/llm-request+json; version=1.0"]:
+        assert default_registry().classify(view(value)).name == "llm-stream-1.0"
+
+
+def test_non_post_is_flagged():
+    body = b'{"version":"1.0","stream":true,"model":"m","messages":[]}'
+    _, violations = StandardDialect().parse_request(body, view("application/llm-request+json", method="GET"))
+    assert [(v.kind, v.detail) for v in violations] == [("invalid_request", "method GET (draft §3: POST)")]
