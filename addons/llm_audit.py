@@ -51,12 +51,16 @@ class _FlowState:
     A plain slotted class, not a dataclass: mitmproxy loads ``-s`` scripts without registering
     them in ``sys.modules``, which ``dataclasses`` needs."""
 
-    __slots__ = ("dialect", "exchange", "finished", "observer", "view", "violations")
+    __slots__ = ("client_id", "dialect", "exchange", "finished", "observer", "parsed", "request_tap", "view",
+                 "violations")  # fmt: skip
 
-    def __init__(self, dialect: Dialect, exchange: Exchange, view: RequestView) -> None:
+    def __init__(self, dialect: Dialect, exchange: Exchange, view: RequestView, client_id: str = "") -> None:
         self.dialect = dialect
         self.exchange = exchange
         self.view = view
+        self.client_id = client_id
+        self.parsed = False  # the request body was read (or found unreadable)
+        self.request_tap: RequestTap | None = None
         self.observer: StreamObserver | None = None
         self.violations: list[Violation] = []
         self.finished = False
@@ -81,6 +85,36 @@ class StreamTap:
                 obs.fail(exc)
                 log.error("observer error on a stream; observation stopped for this flow", exc_info=True)
         return data
+
+
+class RequestTap:
+    """The ``flow.request.stream`` callable of an observed request whose size is not declared
+    (chunked upload): forwards every chunk unchanged and keeps a copy of at most ``max_bytes``
+    for the record, so an endless upload is never buffered by the proxy (trial finding: a
+    400 MB chunked upload was held whole). Never raises."""
+
+    __slots__ = ("_buf", "_max", "over", "total_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._buf = bytearray()
+        self._max = max_bytes
+        self.over = False
+        self.total_bytes = 0
+
+    def __call__(self, data: bytes) -> bytes:
+        if data:
+            self.total_bytes += len(data)
+            if not self.over:
+                if len(self._buf) + len(data) > self._max:
+                    self.over = True
+                    self._buf = bytearray()
+                else:
+                    self._buf += data
+        return data
+
+    def body(self) -> bytes | None:
+        """The kept request body, or ``None`` when it outgrew ``max_bytes``."""
+        return None if self.over else bytes(self._buf)
 
 
 def end_cause_from_error(message: str, *, client_closed: bool = False, server_closed: bool = False) -> EndCause:
@@ -108,6 +142,7 @@ class LLMAudit:
         self._writer = None
         self._limits = Limits()
         self._open: dict[str, _FlowState] = {}  # flow.id -> state of every observed, unfinished flow
+        self._by_client: dict[str, set[str]] = {}  # client connection id -> ids of its open flows
         self.records_submitted = 0
         self.records_dropped = 0
         self.hook_errors = 0
@@ -157,7 +192,7 @@ class LLMAudit:
         # Flows still streaming when the proxy stops never see ``response``/``error`` before the
         # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded.
         now = time.time()
-        open_states, self._open = list(self._open.values()), {}
+        open_states, self._open, self._by_client = list(self._open.values()), {}, {}
         for state in open_states:
             self._finish(state, EndCause.SHUTDOWN, now=now, message="observer shut down", status=None)
         if self._writer is not None:
@@ -174,27 +209,50 @@ class LLMAudit:
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
                 return
-            state = _FlowState(dialect, self._skeleton(flow, dialect), view)
+            state = _FlowState(dialect, self._skeleton(flow, dialect), view, flow.client_conn.id)
             length = view.headers.get("content-length", "")
             if length.isdigit() and int(length) > self._limits.max_request_bytes:
                 flow.request.stream = True
+                state.parsed = True
                 state.exchange.request.body_bytes = int(length)
                 state.violations.append(
                     Violation(ViolationKind.OVERSIZE_REQUEST, None, f"request body of {length} bytes not parsed")
                 )
-            flow.metadata[METADATA_KEY] = state
-            self._open[flow.id] = state
+            elif not length.isdigit():  # size not declared: stream it, keep a bounded copy
+                state.request_tap = RequestTap(self._limits.max_request_bytes)
+                flow.request.stream = state.request_tap
+            self._track(flow, state)
         except Exception:
             self._hook_failed("requestheaders")
 
     def request(self, flow: http.HTTPFlow) -> None:
         state = flow.metadata.get(METADATA_KEY)
-        if state is None:
+        if state is not None:
+            self._read_request(flow, state)
+
+    def _read_request(self, flow: http.HTTPFlow, state: _FlowState) -> None:
+        """Parses the request body into the record, once: from mitmproxy's buffer, or from the
+        bounded copy of a streamed upload (``request`` hook, or ``responseheaders`` when the
+        response starts before the upload ended)."""
+        if state.parsed:
             return
+        state.parsed = True
         try:
-            raw = flow.request.raw_content
-            if raw is None:  # streamed (oversize): nothing to parse
-                return
+            if state.request_tap is not None:
+                raw = state.request_tap.body()
+                if raw is None:
+                    state.exchange.request.body_bytes = state.request_tap.total_bytes
+                    state.violations.append(
+                        Violation(
+                            ViolationKind.OVERSIZE_REQUEST, None,
+                            f"request body over {self._limits.max_request_bytes} bytes not parsed",
+                        )
+                    )  # fmt: skip
+                    return
+            else:
+                raw = flow.request.raw_content
+                if raw is None:  # streamed by someone else: nothing to parse
+                    return
             body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
             if body is None:
                 return
@@ -214,6 +272,7 @@ class LLMAudit:
         if state is None:
             flow.response.stream = True  # not ours: stream through, never buffer
             return
+        self._read_request(flow, state)
         try:
             resp = flow.response
             ex = state.exchange
@@ -271,9 +330,9 @@ class LLMAudit:
         if dialect is None or dialect is current:
             return state
         if state is None:
-            state = _FlowState(dialect, self._skeleton(flow, dialect), view)
-            flow.metadata[METADATA_KEY] = state
-            self._open[flow.id] = state
+            state = _FlowState(dialect, self._skeleton(flow, dialect), view, flow.client_conn.id)
+            state.parsed = True  # the request was streamed on unkept
+            self._track(flow, state)
             return state
         state.dialect = dialect
         state.exchange.dialect = dialect.name
@@ -307,11 +366,40 @@ class LLMAudit:
             return None
         return body
 
+    def _track(self, flow: http.HTTPFlow, state: _FlowState) -> None:
+        flow.metadata[METADATA_KEY] = state
+        self._open[flow.id] = state
+        self._by_client.setdefault(state.client_id, set()).add(flow.id)
+
     def _pop(self, flow: http.HTTPFlow) -> _FlowState | None:
-        """The flow's state, unless it is not observed or was already finished (at shutdown)."""
-        self._open.pop(flow.id, None)
+        """The flow's state, unless it is not observed or was already finished."""
+        self._untrack(flow.id)
         state = flow.metadata.pop(METADATA_KEY, None)
         return None if state is None or state.finished else state
+
+    def _untrack(self, flow_id: str) -> _FlowState | None:
+        state = self._open.pop(flow_id, None)
+        if state is not None:
+            ids = self._by_client.get(state.client_id)
+            if ids is not None:
+                ids.discard(flow_id)
+                if not ids:
+                    del self._by_client[state.client_id]
+        return state
+
+    def client_disconnected(self, client) -> None:
+        """Finishes the flows of a closed client connection that mitmproxy ended without a
+        ``response``/``error`` hook (e.g. HTTP/2 streams reset before their request was
+        complete): recorded as ``client_aborted`` instead of lingering until shutdown (trial
+        finding: 20k resets leaked state and surfaced as phantom ``interrupted`` records)."""
+        ids = self._by_client.pop(client.id, None)
+        if not ids:
+            return
+        now = time.time()
+        for flow_id in ids:
+            state = self._open.pop(flow_id, None)
+            if state is not None and not state.finished:
+                self._finish(state, EndCause.CLIENT_ABORTED, now=now, message="client disconnected", status=None)
 
     def _finish(
         self,

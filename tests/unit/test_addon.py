@@ -340,3 +340,74 @@ def test_response_bomb_stops_observation_not_the_stream():
     assert [v.kind for v in rec.violations] == ["content_decoding_error"]
     assert rec.outcome == "unreadable"
     assert rec.response_bytes == len(wire)
+
+
+def test_chunked_upload_is_streamed_with_a_bounded_copy():
+    """Trial finding: a 400 MB chunked upload was buffered whole. A request without a declared
+    size is streamed; the record parses a bounded copy."""
+    from addons.llm_audit import RequestTap
+
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        del f.request.headers["content-length"]
+        f.request.headers["transfer-encoding"] = "chunked"
+        addon.requestheaders(f)
+        tap = f.request.stream
+        assert isinstance(tap, RequestTap)
+        pieces = [REQUEST[:100], REQUEST[100:]]
+        out = [tap(p) for p in pieces]
+        assert all(o is p for o, p in zip(out, pieces, strict=True))  # forwarded unchanged, same objects
+        f.request.raw_content = None
+        addon.request(f)
+        respond(f)
+        addon.responseheaders(f)
+        f.response.stream(BODY)
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.request.model == "example-model"
+    assert rec.violations == []
+
+
+def test_chunked_upload_over_the_cap_is_counted_not_kept():
+    from addons.llm_audit import RequestTap
+
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_max_request_bytes=100)
+        f = llm_flow()
+        del f.request.headers["content-length"]
+        addon.requestheaders(f)
+        tap: RequestTap = f.request.stream
+        for i in range(0, len(REQUEST), 50):
+            tap(REQUEST[i : i + 50])
+        f.request.raw_content = None
+        addon.request(f)
+        respond(f)
+        addon.responseheaders(f)
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.request.body_bytes == len(REQUEST)
+    assert rec.violations[0].kind == "oversize_request"
+
+
+def test_client_disconnect_finishes_flows_mitmproxy_never_ended():
+    """Trial finding: HTTP/2 streams reset before their request completed got no response or
+    error hook; their state leaked until shutdown. The client's disconnect now ends them."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)
+        other = llm_flow()  # another client's flow stays open
+        addon.requestheaders(other)
+        addon.client_disconnected(f.client_conn)
+        assert [r.outcome for r in sink.records] == ["client_aborted"]
+        assert sink.records[0].transport_error == "client disconnected"
+        f.error = Error("Client disconnected.")
+        addon.error(f)  # a late hook adds nothing
+        assert len(sink.records) == 1
+        addon.done()
+    assert [r.outcome for r in sink.records] == ["client_aborted", "interrupted"]
