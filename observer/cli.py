@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tomllib
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from observer.config import Settings, load_settings
 from observer.errors import ObserverError
@@ -46,7 +48,6 @@ def run(
 ) -> None:
     """Run the forward proxy with the audit addon and the query API, until Ctrl-C."""
     from observer.runner import check_port_free, run_proxy, start_api_process, stop_process
-    from observer.store.migrate import upgrade
     from observer.token import resolve_token
 
     settings = _settings(
@@ -58,7 +59,7 @@ def run(
         check_port_free(settings.api_host, settings.api_port, "--api-port")
     except ObserverError as exc:
         _fail(str(exc))
-    upgrade(settings.db)
+    _upgrade(settings.db)
     token = resolve_token(settings)
     api = start_api_process(settings, token)
     ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
@@ -67,8 +68,12 @@ def run(
         f"(clients trust {ca}), API http://{settings.api_host}:{settings.api_port}/docs, "
         f"store {_safe(settings.db)}"
     )
+    from mitmproxy.exceptions import OptionsError
+
     try:
         code = asyncio.run(run_proxy(settings, list(set_ or []), api))
+    except OptionsError as exc:
+        _fail(f"invalid --set option: {exc}")
     finally:
         stop_process(api)
     raise typer.Exit(code)
@@ -98,11 +103,9 @@ def api(
 @db_app.command("upgrade")
 def db_upgrade(db: DbOpt = None) -> None:
     """Create or migrate the audit store schema to the newest version (alembic upgrade head)."""
-    from observer.store.migrate import upgrade
-
     _logging()
     settings = _settings(db=db)
-    upgrade(settings.db)
+    _upgrade(settings.db)
     typer.echo(f"observer: store {_safe(settings.db)} is at the newest schema")
 
 
@@ -113,6 +116,22 @@ def _settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
         _fail(f"invalid settings ({problems}); see observer.toml / OBSERVER_* variables")
+    except (tomllib.TOMLDecodeError, SettingsError) as exc:
+        _fail(f"cannot read the config file: {exc}")
+
+
+def _upgrade(url: str) -> None:
+    """Migrates the store, or a one-line error (exit 2) when the URL is unusable or the
+    database unreachable."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+    from observer.store.migrate import upgrade
+
+    try:
+        upgrade(url)
+    except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        _fail(f"cannot open the audit store {_safe(url)}: {reason}")
 
 
 def _fail(message: str) -> NoReturn:
@@ -122,8 +141,12 @@ def _fail(message: str) -> NoReturn:
 
 def _safe(url: str) -> str:
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
 
 
 if __name__ == "__main__":

@@ -112,3 +112,22 @@ def test_busy_proxy_port_is_a_clear_error(tmp_path):
 def test_spool_defaults_into_the_data_folder(tmp_path):
     assert load_settings(data_dir=tmp_path).spool_file == tmp_path / "spool.jsonl"
     assert load_settings(data_dir=tmp_path, spool_path=tmp_path / "s.jsonl").spool_file == tmp_path / "s.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("args", "toml", "message"),
+    [
+        (["db", "upgrade"], 'db = "sqlite:///x.db\n', "cannot read the config file"),
+        (["db", "upgrade", "--db", "nosuch://x"], None, "cannot open the audit store nosuch://x: Can't load plugin"),
+        (["db", "upgrade", "--db", "not a url"], None, "cannot open the audit store <unparseable URL>"),
+        (["db", "upgrade", "--db", "postgresql+psycopg://nobody@127.0.0.1:1/x"], None, "cannot open the audit store"),
+    ],
+)
+def test_setup_errors_are_one_line(tmp_path, args, toml, message):
+    """Trial finding: a TOML syntax error and unusable --db URLs printed 150+ line tracebacks."""
+    if toml is not None:
+        (tmp_path / "observer.toml").write_text(toml)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) <= 2
