@@ -158,7 +158,9 @@ class OpenAIChatAdapter(AdapterBase):
       continues the call (Fireworks repeats id and name on every fragment). A fragment without
       ``index`` (Ollama before 0.4.7) uses its position in the array, once flagged
       ``invalid_event``. ``custom`` tool calls (``custom.input``) and the legacy
-      ``delta.function_call`` (recorded with index ``None``) are tool calls too.
+      ``delta.function_call`` (recorded with index ``None``) are tool calls too — unless the
+      choice also streams ``tool_calls``: llama-cpp-python mirrors every fragment into both, and
+      the mirror is not a second call.
     - ``finish_reason`` -> ``StopEvent`` (mapping in the module docstring); any object
       ``usage`` (else Groq's ``x_groq.usage``) -> ``UsageEvent`` (``prompt_tokens`` input,
       ``completion_tokens`` output); ``"usage": null`` is no report.
@@ -175,6 +177,7 @@ class OpenAIChatAdapter(AdapterBase):
         self._calls: dict[tuple[int, int], _OpenCall] = {}
         self._generation: Counter[tuple[int, int]] = Counter()
         self._index_missing_reported = False
+        self._modern_choices: set[int] = set()  # choices that stream ``tool_calls``
 
     def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
         data = message.data.strip()
@@ -231,6 +234,8 @@ class OpenAIChatAdapter(AdapterBase):
         if isinstance(body, dict):
             self._content(c, body, out)
             calls = body.get("tool_calls")
+            if isinstance(calls, list) and calls:
+                self._modern_choices.add(c)
             if isinstance(calls, list):
                 for pos, call in enumerate(calls):
                     if not isinstance(call, dict):
@@ -240,7 +245,7 @@ class OpenAIChatAdapter(AdapterBase):
                     else:
                         self._fragment(c, pos, call, out)
             legacy = body.get("function_call")
-            if isinstance(legacy, dict):
+            if isinstance(legacy, dict) and c not in self._modern_choices:
                 name, args = text(legacy.get("name")), arguments(legacy.get("arguments"))
                 if whole:
                     out.append(ToolCallEvent(None, None, None, name, args))

@@ -466,8 +466,7 @@ def test_chat_whole_body_completion():
         StreamStart(None, "deepseek-reasoner", "chatcmpl-1"),
         ContentDelta(None, 1000, "think", "reasoning"),
         ContentDelta(None, 0, "hi", "text"),
-        ToolCallEvent(None, 0, "call_1", "f", "{}"),
-        ToolCallEvent(None, None, None, "g", "{}"),
+        ToolCallEvent(None, 0, "call_1", "f", "{}"),  # function_call beside tool_calls is a mirror, not a call
         StopEvent(None, "end_turn", "stop"),
         UsageEvent(None, 1, 2),
         StreamEnd(None),
@@ -646,3 +645,28 @@ def test_responses_whole_body_of_another_shape_is_invalid():
     out = OpenAIResponsesAdapter().on_message(JSONFrame('{"hello":1}', 11))
     assert kinds(out) == ["invalid_event"]
     assert out[-1] == StreamEnd(None)
+
+
+def test_function_call_mirror_of_tool_calls_is_not_a_second_call():
+    """Found with the real llama-cpp-python server: each tool-call fragment is sent twice in one
+    chunk, in ``delta.tool_calls`` and again in the legacy ``delta.function_call``; the record
+    must hold one call."""
+    from tests.wirefeed import observe
+
+    chunks = [
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant",'
+        b'"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"get_weather","arguments":""}}],'
+        b'"function_call":{"name":"get_weather","arguments":""}},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{'
+        b'"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": \\"Paris\\"}"}}],'
+        b'"function_call":{"arguments":"{\\"city\\": \\"Paris\\"}"}},"finish_reason":null}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{},'
+        b'"finish_reason":"tool_calls"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    req = b'{"model":"m","stream":true,"messages":[],"tools":[{"type":"function","function":{"name":"get_weather"}}]}'
+    rec = observe("openai.chat", req, chunks, path="/v1/chat/completions")
+    assert rec["tool_calls"] == [
+        {"index": 0, "id": "call_0", "name": "get_weather", "arguments": '{"city": "Paris"}', "declared": True}
+    ]
+    assert rec["stop_reason"] == "tool_use"
