@@ -62,11 +62,11 @@ from __future__ import annotations
 import re
 
 from observer.records import Violation, ViolationKind
+from observer.wire.bom import LeadingBOM
 from observer.wire.frames import JSONFrame
 
 __all__ = ["JSONArrayDecoder"]
 
-_BOM = b"\xef\xbb\xbf"
 _QUOTE = 0x22  # "
 _BACKSLASH = 0x5C
 _LBRACE = 0x7B  # {
@@ -154,7 +154,7 @@ class JSONArrayDecoder:
         self._max = max_element_bytes
         self._closed = False
         # Bytes seen at the very start while they may still be a split BOM; None once settled.
-        self._bom: bytes | None = b""
+        self._bom = LeadingBOM()
         self._state = _START
         # Bracket depth inside the current element (0 for a top-level string element).
         self._depth = 0
@@ -174,7 +174,7 @@ class JSONArrayDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Bytes of input currently held (incomplete element, possible BOM prefix). Diagnostic."""
-        return len(self._elem) + (len(self._bom) if self._bom else 0)
+        return len(self._elem) + self._bom.held_bytes
 
     def feed(self, data: bytes) -> list[JSONFrame | Violation]:
         """Consumes the next chunk of the response body and returns what it completed.
@@ -187,19 +187,11 @@ class JSONArrayDecoder:
         if not isinstance(data, bytes):
             data = bytes(data)
         out: list[JSONFrame | Violation] = []
-        if self._bom is not None:
-            # RFC 8259 §8.1: a parser MAY ignore a leading BOM. Hold up to 2 bytes until we know
-            # whether they begin one; strip exactly one (it counts in no frame).
-            head = self._bom + data
-            if len(head) < len(_BOM) and _BOM.startswith(head):
-                self._bom = head
-                return out
-            self._bom = None
-            if head.startswith(_BOM):
-                data = head[3:]
-                self._base = self._frame_from = 3
-            else:
-                data = head
+        # RFC 8259 §8.1: a parser MAY ignore a leading BOM; it counts in no frame.
+        was_stripped = self._bom.stripped
+        data = self._bom.feed(data)
+        if self._bom.stripped and not was_stripped:
+            self._base = self._frame_from = 3
         if data and self._state != _DEAD:
             self._consume(data, out)
         else:
@@ -218,7 +210,7 @@ class JSONArrayDecoder:
             return []
         self._closed = True
         out: list[JSONFrame | Violation] = []
-        pending_bom, self._bom = self._bom, None
+        pending_bom = self._bom.flush()
         if pending_bom:
             # The stream ended inside what could have been a BOM: those bytes are content.
             self._consume(pending_bom, out)

@@ -51,11 +51,11 @@ Line rules
 from __future__ import annotations
 
 from observer.records import Violation, ViolationKind
+from observer.wire.bom import LeadingBOM
 from observer.wire.frames import JSONFrame
 
 __all__ = ["NDJSONDecoder"]
 
-_BOM = b"\xef\xbb\xbf"
 _CR = 0x0D
 # RFC 8259 §2 insignificant whitespace minus LF (LF cannot occur inside a line).
 _JSON_WS = b" \t\r"
@@ -87,7 +87,7 @@ class NDJSONDecoder:
         self._closed = False
         # Bytes seen at the very start of the stream while they may still be a split BOM; None
         # once the BOM question is settled (at most 2 bytes are ever held here).
-        self._bom: bytes | None = b""
+        self._bom = LeadingBOM()
         # The incomplete current line (no LF seen yet), a trailing CR included.
         self._partial = bytearray()
         # Oversize recovery: dropping input up to the next LF.
@@ -96,7 +96,7 @@ class NDJSONDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Bytes of input currently held (incomplete line, possible BOM prefix). Diagnostic."""
-        return len(self._partial) + (len(self._bom) if self._bom else 0)
+        return len(self._partial) + self._bom.held_bytes
 
     def feed(self, data: bytes) -> list[JSONFrame | Violation]:
         """Consumes the next chunk of the response body and returns what it completed.
@@ -109,14 +109,7 @@ class NDJSONDecoder:
         if not isinstance(data, bytes):
             data = bytes(data)
         out: list[JSONFrame | Violation] = []
-        if self._bom is not None:
-            # Hold up to 2 bytes until we know whether they begin a BOM; strip exactly one.
-            head = self._bom + data
-            if len(head) < len(_BOM) and _BOM.startswith(head):
-                self._bom = head
-                return out
-            self._bom = None
-            data = head[3:] if head.startswith(_BOM) else head
+        data = self._bom.feed(data)  # strip exactly one leading BOM
         if data:
             self._consume(data, out)
         return out
@@ -132,7 +125,7 @@ class NDJSONDecoder:
             return []
         self._closed = True
         out: list[JSONFrame | Violation] = []
-        pending_bom, self._bom = self._bom, None
+        pending_bom = self._bom.flush()
         if pending_bom:
             # The stream ended inside what could have been a BOM: those bytes are content.
             self._consume(pending_bom, out)

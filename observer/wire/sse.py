@@ -38,10 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from observer.records import Violation, ViolationKind
+from observer.wire.bom import LeadingBOM
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 
-_BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
 _CR = 0x0D
 _COLON = 0x3A
@@ -115,7 +115,7 @@ class SSEDecoder:
         self._closed = False
         # Bytes seen at the very start of the stream while they may still be a split BOM;
         # None once the BOM question is settled (at most 2 bytes are ever held here).
-        self._bom: bytes | None = b""
+        self._bom = LeadingBOM()
         # The incomplete current line (no terminator seen yet).
         self._partial = bytearray()
         # The current block: data values (raw bytes, decoded at dispatch), event type buffer,
@@ -137,7 +137,7 @@ class SSEDecoder:
 
         Diagnostic (tests, metrics); costs O(number of buffered data lines)."""
         held = len(self._partial) + len(self._event) + sum(map(len, self._data))
-        return held + (len(self._bom) if self._bom else 0)
+        return held + self._bom.held_bytes
 
     def feed(self, data: bytes) -> list[SSEEvent | Violation]:
         """Consumes the next chunk of the response body and returns what it completed.
@@ -150,16 +150,9 @@ class SSEDecoder:
         if not isinstance(data, bytes):
             data = bytes(data)
         out: list[SSEEvent | Violation] = []
-        if self._bom is not None:
-            # WHATWG §9.2.5: the stream is decoded with "UTF-8 decode", which strips exactly one
-            # leading BOM. Hold up to 2 bytes until we know whether they begin one; a later
-            # BOM is ordinary data (it becomes U+FEFF).
-            head = self._bom + data
-            if len(head) < len(_BOM) and _BOM.startswith(head):
-                self._bom = head
-                return out
-            self._bom = None
-            data = head[3:] if head.startswith(_BOM) else head
+        # WHATWG §9.2.5: the stream is decoded with "UTF-8 decode", which strips exactly one
+        # leading BOM; a later BOM is ordinary data (it becomes U+FEFF).
+        data = self._bom.feed(data)
         if data:
             self._consume(data, out)
         return out
@@ -177,7 +170,7 @@ class SSEDecoder:
             return []
         self._closed = True
         out: list[SSEEvent | Violation] = []
-        pending_bom, self._bom = self._bom, None
+        pending_bom = self._bom.flush()
         if pending_bom:
             # A stream that ended inside what could have been a BOM: those bytes are content.
             self._consume(pending_bom, out)
