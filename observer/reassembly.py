@@ -175,7 +175,7 @@ class Reassembler:
         name = clip(ev.name, MAX_NAME_CHARS)
         if not declared:
             self.violation(
-                Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, f"tool {name!r} was not declared in the request")
+                Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, _undeclared_detail(name))
             )
         if len(self._tool_calls) < self._limits.max_tool_calls:
             call = ToolCall(ev.index, clip(ev.id, MAX_NAME_CHARS), name, self._take(ev.arguments), declared)
@@ -263,7 +263,7 @@ class Reassembler:
             call.declared = call.name is not None and call.name in self._declared
             if not call.declared:
                 self.violation(
-                    Violation(ViolationKind.UNDECLARED_TOOL, seq, f"tool {call.name!r} was not declared in the request")
+                    Violation(ViolationKind.UNDECLARED_TOOL, seq, _undeclared_detail(call.name))
                 )
         self._fragments = {}
         exchange.tool_calls = list(self._tool_calls)
@@ -311,6 +311,12 @@ def _block_type(b: _BlockState, tool_indexes: set[int | None]) -> str:
     if not b.parts and b.stop_reason == "tool_use" and b.index in tool_indexes:
         return "tool_use"
     return b.type
+
+
+def _undeclared_detail(name: str | None) -> str:
+    if name is None:
+        return "a tool call without a name (the request declares tools by name)"
+    return f"tool {name!r} was not declared in the request"
 
 
 def _index(b: _BlockState) -> int:

@@ -270,10 +270,12 @@ class OpenAIChatAdapter(AdapterBase):
         index = call.get("index")
         missing = not (is_int(index) and index >= 0)
         if missing:
-            index = pos
-            if not self._index_missing_reported:
+            if "index" in call:  # present but not a usable index: say so for each such fragment
+                out.append(Violation(V.INVALID_EVENT, None, f"tool_calls[] fragment index {index!r} invalid: position used"))
+            elif not self._index_missing_reported:  # Ollama before 0.4.7 omits it on every fragment
                 self._index_missing_reported = True
                 out.append(Violation(V.INVALID_EVENT, None, "tool_calls[] fragment without index: position used"))
+            index = pos
         cid = call_id(call.get("id"))
         name, args = _call_body(call)
         slot = (c, index)

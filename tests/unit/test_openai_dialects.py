@@ -670,3 +670,26 @@ def test_function_call_mirror_of_tool_calls_is_not_a_second_call():
         {"index": 0, "id": "call_0", "name": "get_weather", "arguments": '{"city": "Paris"}', "declared": True}
     ]
     assert rec["stop_reason"] == "tool_use"
+
+
+def test_invalid_tool_call_indexes_are_each_flagged():
+    """Trial finding: indexes 1e18 (float), 10**40 and -1 collapsed silently under one
+    "without index" violation."""
+    from tests.wirefeed import observe
+
+    def frag(index: str, cid: str) -> bytes:
+        return (
+            b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{'
+            b'"tool_calls":[{"index":' + index.encode() + b',"id":"' + cid.encode()
+            + b'","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}\n\n'
+        )
+
+    chunks = [frag("1e18", "call_b"), frag(str(10**40), "call_c"), frag("-1", "call_d"), b"data: [DONE]\n\n"]
+    rec = observe("openai.chat", b'{"model":"m","stream":true,"messages":[]}', chunks, path="/v1/chat/completions")
+    details = [v["detail"] for v in rec["violations"] if v["kind"] == "invalid_event"]
+    assert details == [
+        "tool_calls[] fragment index 1e+18 invalid: position used",
+        "tool_calls[] fragment index 1e+40 invalid: position used",  # orjson reads integers beyond 64 bits as floats
+        "tool_calls[] fragment index -1 invalid: position used",
+    ]
+    assert [t["id"] for t in rec["tool_calls"]] == ["call_b", "call_c", "call_d"]
