@@ -8,7 +8,7 @@ proxy-under-test process per module.
 - ``passthrough``: plain ``mitmdump -s bench/passthrough_addon.py``. Only the transport checks run
   (bytes, timing); the record checks are left out. Useful to validate the harness itself.
 - ``script:<path>``: ``mitmdump -s <path>``, transport checks only (e.g. ``script:addons/llm_audit.py``
-  with ``E2E_MITM_SETS="observer_db=sqlite:////tmp/x.db"``, space-separated ``k=v``).
+  with ``E2E_MITM_SETS="observer_db=sqlite:///x.db"``, space-separated ``k=v``).
 """
 
 from __future__ import annotations
