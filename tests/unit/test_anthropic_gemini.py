@@ -489,3 +489,108 @@ def test_gemini_adapter_never_raises(fields, cand):
     g.on_message(frame(fields))
     g.on_message(frame({"candidates": [cand, {"content": {"parts": [cand]}, "finishReason": "STOP"}]}))
     assert g.on_close() == [StreamEnd(None)]
+
+
+# --- Gemini streamed function-call arguments (streamFunctionCallArguments) -----------------
+
+
+def fc_chunk(call: dict, finish: str | None = None) -> JSONFrame:
+    cand: dict = {"content": {"role": "model", "parts": [{"functionCall": call}]}}
+    if finish is not None:
+        cand["finishReason"] = finish
+    return frame({"candidates": [cand]})
+
+
+def partial(path: str, more: bool = True, **value) -> dict:
+    return {"partialArgs": [{"jsonPath": path, **value}], "willContinue": more}
+
+
+def test_gemini_streamed_args_nested_paths_numbers_and_bools():
+    g = GeminiAdapter()
+    assert g.on_message(fc_chunk({"name": "plan", "id": "c1", "willContinue": True})) == []
+    for call in (
+        partial("$.recipe.name", stringValue="Lasa", willContinue=True),
+        partial("$.recipe.name", stringValue="gna"),
+        partial("$.recipe.items[0].qty", numberValue=2),
+        partial("$.recipe.items[0].unit", stringValue="cup"),
+        partial("$.recipe.items[1].qty", numberValue=0.5),
+        partial("$.vegan", boolValue=False),
+        partial("$['note key']", nullValue="NULL_VALUE"),
+        partial("$.skipped"),  # no value: skipped
+    ):
+        assert g.on_message(fc_chunk(call)) == []
+    out = g.on_message(fc_chunk({}, finish="STOP"))
+    args = {"recipe": {"name": "Lasagna", "items": [{"qty": 2, "unit": "cup"}, {"qty": 0.5}]},
+            "vegan": False, "note key": None}  # fmt: skip
+    assert out == [
+        ToolCallEvent(None, 0, "c1", "plan", orjson.dumps(args).decode()),
+        StopEvent(None, "tool_use", "STOP"),
+    ]
+    assert g.on_close() == [StreamEnd(None)]
+
+
+def test_gemini_streamed_args_two_consecutive_calls_and_classic_call_unchanged():
+    g = GeminiAdapter()
+    out = []
+    for call in (
+        {"name": "getWeather", "willContinue": True},
+        partial("$.location", stringValue="Bos", willContinue=True),
+        partial("$.location", stringValue="ton", willContinue=True),
+        partial("$.location", stringValue=""),
+        {},
+        {"name": "getWeather", "willContinue": True},
+        partial("$.location", stringValue="San Francisco", willContinue=True),
+        partial("$.days", numberValue=3, more=False),  # a part without willContinue closes the call
+        {"name": "time", "args": {"tz": "PST"}},  # classic complete call
+        {},  # no call open: not recorded
+    ):
+        out += g.on_message(fc_chunk(call))
+    assert out == [
+        ToolCallEvent(None, 0, None, "getWeather", '{"location":"Boston"}'),
+        ToolCallEvent(None, 1, None, "getWeather", '{"location":"San Francisco","days":3}'),
+        ToolCallEvent(None, 2, None, "time", '{"tz":"PST"}'),
+    ]
+
+
+def test_gemini_streamed_args_unclosed_call_emitted_on_close():
+    g = GeminiAdapter()
+    g.on_message(fc_chunk({"name": "getWeather", "willContinue": True}))
+    g.on_message(fc_chunk(partial("$.location", stringValue="Bos", willContinue=True)))
+    out = g.on_close()
+    assert events(out) == [ToolCallEvent(None, 0, None, "getWeather", '{"location":"Bos"}')]
+    assert kinds(out) == ["invalid_event"]
+    assert "function call not closed" in out[1].detail
+
+
+def test_gemini_streamed_args_unclosed_then_finish_or_next_call():
+    g = GeminiAdapter()
+    g.on_message(fc_chunk({"name": "a", "willContinue": True}))
+    g.on_message(fc_chunk(partial("$.x", numberValue=1)))
+    out = g.on_message(fc_chunk({"name": "b", "willContinue": True}))  # a never closed
+    assert events(out) == [ToolCallEvent(None, 0, None, "a", '{"x":1}')] and kinds(out) == ["invalid_event"]
+    out = g.on_message(fc_chunk({}, finish="STOP")) + g.on_close()
+    assert events(out) == [ToolCallEvent(None, 1, None, "b", "{}"), StopEvent(None, "tool_use", "STOP"), StreamEnd(None)]
+
+
+def test_gemini_streamed_args_bad_paths_and_caps():
+    g = GeminiAdapter()
+    g.on_message(fc_chunk({"name": "f", "willContinue": True}))
+    out = []
+    for call in (
+        partial("location", stringValue="x"),  # not a $ path
+        partial("$." + ".a" * 100, numberValue=1),  # too deep
+        partial("$.s", stringValue="text"),
+        partial("$.s.inner", numberValue=1),  # through a string
+        partial("$.list[0]", numberValue=1),
+        partial("$.list[5]", numberValue=1),  # past the end
+        {"partialArgs": "nope", "willContinue": True},
+    ):
+        out += g.on_message(fc_chunk(call))
+    assert out and events(out) == [] and kinds(out) == ["invalid_event"] * 5
+    many = [{"jsonPath": f"$.k{i}", "numberValue": i} for i in range(1100)]
+    out = g.on_message(fc_chunk({"partialArgs": many, "willContinue": False}))
+    assert kinds(out) == ["invalid_event"]  # one per call
+    (call,) = events(out)
+    args = orjson.loads(call.arguments)
+    # 1000 values attempted: s, list[0], the two conflicting ones, then k0 .. k995
+    assert args["s"] == "text" and args["list"] == [1] and len(args) == 998 and "k995" in args
