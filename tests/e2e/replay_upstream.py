@@ -47,7 +47,6 @@ import json
 import re
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ from typing import Any
 if __package__ in (None, ""):  # script mode: make ``tests.e2e.upstream`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.e2e.upstream import UpstreamExchange, UpstreamServer
+from tests.e2e.upstream import UpstreamExchange, UpstreamServer, send_event
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wire"
 BODY_TYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".json": "application/json",
@@ -237,21 +236,10 @@ class ReplayUpstream(UpstreamServer):
             headers.append(("transfer-encoding", "chunked"))
         ex.status, ex.response_headers = fx.status, headers
         await w.send_headers(fx.status, headers)
-        offset = 0
         for i, piece in enumerate(fx.pieces):
             if i > 0 and gap > 0:
                 await asyncio.sleep(gap)
-            ex.events.append(piece)
-            ex.raw_chunks.append(piece)
-            offset += len(piece)
-            ex.event_end_offsets.append(offset)
-            ex.send_wall.append(time.time())
-            ex.send_times.append(time.monotonic())
-            try:
-                w.write_data_nowait(piece)
-            except BlockingIOError:
-                await w.send_data_blocking(piece)
-            await w.flush()
+            await send_event(w, ex, piece, piece)
         if fx.end == "upstream_failed":
             await asyncio.sleep(gap)
             ex.aborted = True

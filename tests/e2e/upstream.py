@@ -163,6 +163,21 @@ def expected_body(script: str = "complete_example", **params: str) -> bytes:
 # exchange log
 
 
+async def send_event(w: Any, ex: UpstreamExchange, event: bytes, payload: bytes) -> None:
+    """Logs one event (its bytes, send times, raw-body end offset) in ``ex`` and writes its
+    ``payload`` (the event as it goes on the wire, e.g. gzip-flushed) at once, flushed."""
+    ex.events.append(event)
+    ex.raw_chunks.append(payload)
+    ex.event_end_offsets.append((ex.event_end_offsets[-1] if ex.event_end_offsets else 0) + len(payload))
+    ex.send_wall.append(time.time())
+    ex.send_times.append(time.monotonic())
+    try:
+        w.write_data_nowait(payload)
+    except BlockingIOError:
+        await w.send_data_blocking(payload)
+    await w.flush()
+
+
 @dataclass
 class UpstreamExchange:
     """What the upstream received and sent for one request."""
@@ -726,7 +741,6 @@ class UpstreamServer:
         ex.status, ex.response_headers = 200, headers
         await w.send_headers(200, headers)
         comp = zlib.compressobj(6, zlib.DEFLATED, 31) if use_gzip else None
-        offset = 0
         for i, env in enumerate(events):
             if hold_s > 0 and i == hold_at:
                 await asyncio.sleep(hold_s)
@@ -741,17 +755,7 @@ class UpstreamServer:
                 env["x-bench:sent"] = time.time()
             data = render_event(env)
             payload = comp.compress(data) + comp.flush(zlib.Z_SYNC_FLUSH) if comp is not None else data
-            ex.events.append(data)
-            ex.raw_chunks.append(payload)
-            offset += len(payload)
-            ex.event_end_offsets.append(offset)
-            ex.send_wall.append(time.time())
-            ex.send_times.append(time.monotonic())
-            try:
-                w.write_data_nowait(payload)
-            except BlockingIOError:
-                await w.send_data_blocking(payload)
-            await w.flush()
+            await send_event(w, ex, data, payload)
         if abort_after is not None and abort_after >= len(events):
             await asyncio.sleep(gap)
             ex.aborted = True
