@@ -4,8 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLIENTS_STAMP := $(VENV)/.clients-installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install run test bench demo clean
+.PHONY: install run test bench bench-smoke demo clean
 
 install: $(STAMP) $(CLIENTS_STAMP)
 
@@ -36,11 +37,22 @@ $(CLIENTS_STAMP): $(STAMP) requirements.lock requirements-clients.lock requireme
 run: $(STAMP)
 	$(VENV)/bin/observer run
 
-test: install
+test: install $(BENCH_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	$(PY) bench/latency.py
+# The benchmarks' own tools (httpx-sse: the core-throughput baseline; py-spy and pyinstrument:
+# profiling), constrained by requirements.lock like the clients.
+$(BENCH_STAMP): $(STAMP) requirements.lock requirements-bench.lock
+	$(PY) -m pip install -q -c requirements.lock -r requirements-bench.lock
+	@touch $(BENCH_STAMP)
+
+# Every benchmark suite, figures against a baseline measured in the same run (< 15 min on 2 cores).
+bench: $(BENCH_STAMP)
+	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+# Each suite at smoke size (seconds): checks that they run, asserts no figure.
+bench-smoke: $(BENCH_STAMP)
+	$(PY) bench/run_all.py --smoke $(BENCH_ARGS)
 
 # A real model (SmolLM2-135M-Instruct on llama-cpp-python's server) behind `observer run`: one
 # chat completion streamed through the proxy with the openai SDK, tokens printed as they arrive,

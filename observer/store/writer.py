@@ -1,9 +1,14 @@
 """``RecordWriter``: hands finished ``Exchange`` records from the proxy's event loop to the store.
 
-The event loop never waits on the database: ``submit`` is a non-blocking ``put_nowait`` on a
-bounded queue, and ONE daemon thread owns every database call. That thread takes up to
+The event loop never waits on the database: ``submit`` is a non-blocking append to a
+``queue.SimpleQueue`` (C code that takes no lock the writer thread can hold, so the loop never
+blocks on a lock and then queues behind the writer thread for the GIL, a 5 ms switch interval;
+``queue.Queue`` did, measured up to 8 ms), bounded by ``queue_max`` in ``submit``, and ONE daemon
+thread owns every database call. That thread takes up to
 ``batch_max`` records (waiting at most ``flush_interval_s`` for more after the first) and writes
-them with ``AuditStore.write_many`` in one transaction.
+them with ``AuditStore.write_many`` in one transaction. With nothing to write it blocks on the
+queue without a timeout (no polling: it runs inside the proxy process); ``close()`` wakes it
+with a marker put on the queue.
 
 Failure policy (DESIGN.md "Nothing lost", compliance notes §4):
 
@@ -53,6 +58,9 @@ from observer.records import Exchange
 from observer.store.store import AuditStore, exchange_from_dict
 
 log = logging.getLogger(__name__)
+
+#: Put on the queue by ``close()`` to wake a writer blocked on an empty queue; never written.
+_WAKE: Any = object()
 
 #: Minimum seconds between two "queue full" warnings.
 DROP_WARNING_INTERVAL_S = 10.0
@@ -108,7 +116,8 @@ class RecordWriter:
         if flush_interval_s < 0 or not 0 < retry_min_s <= retry_max_s:
             raise ValueError("need flush_interval_s >= 0 and 0 < retry_min_s <= retry_max_s")
         self._store = store
-        self._queue: queue.Queue[Exchange] = queue.Queue(maxsize=queue_max)
+        self._queue: queue.SimpleQueue[Exchange] = queue.SimpleQueue()  # + _WAKE at close
+        self._wake_queued = False  # _WAKE is in the queue
         self._queue_max = queue_max
         self._batch_max = batch_max
         self._flush_interval_s = flush_interval_s
@@ -141,12 +150,11 @@ class RecordWriter:
     def submit(self, record: Exchange) -> bool:
         """Queues ``record`` without blocking; ``False`` (counted in ``dropped``) when the queue
         is full or the writer is closing."""
-        if not self._closing.is_set():
-            try:
-                self._queue.put_nowait(record)
-                return True
-            except queue.Full:
-                pass
+        # Check-then-put: exact with one producer (the proxy loop); several producers may
+        # overshoot queue_max by at most one record each.
+        if not self._closing.is_set() and self._queue.qsize() < self._queue_max:
+            self._queue.put_nowait(record)
+            return True
         with self._submit_lock:
             self.dropped += 1
             dropped = self.dropped
@@ -178,8 +186,10 @@ class RecordWriter:
         assert self._thread is not None
         self._closing.set()
         self._wake.set()
+        self._wake_queued = True
+        self._queue.put_nowait(_WAKE)  # ends an idle thread's blocking get()
         self._thread.join(timeout_s)
-        if self._thread.is_alive() or not self._queue.empty():  # stuck, or a submit raced close()
+        if self._thread.is_alive() or self._queued() > 0:  # stuck, or a submit raced close()
             self._abandon()
 
     def stats(self) -> dict[str, Any]:
@@ -191,10 +201,14 @@ class RecordWriter:
             "spooled": self.spooled,
             "rejected": self.rejected,
             "lost": self.lost,
-            "queued": self._queue.qsize(),
+            "queued": self._queued(),
             "spool_bytes": self._spool_size(),
             "alive": self._thread is not None and self._thread.is_alive(),
         }
+
+    def _queued(self) -> int:
+        """Records waiting in the queue (the close marker not counted)."""
+        return max(0, self._queue.qsize() - (1 if self._wake_queued else 0))
 
     def __enter__(self) -> RecordWriter:
         self.start()
@@ -219,9 +233,15 @@ class RecordWriter:
         while not self._abandoned:
             closing = self._closing.is_set()
             if not self._held:
-                wait_s = 0.0 if closing else self._flush_interval_s
-                if delay_s and spool_pending:
-                    wait_s = min(wait_s, max(0.0, retry_at - time.monotonic()))
+                wait_s: float | None
+                if closing:
+                    wait_s = 0.0
+                elif spool_pending:  # replay soon, or at the retry time while backing off
+                    wait_s = self._flush_interval_s
+                    if delay_s:
+                        wait_s = min(wait_s, max(0.0, retry_at - time.monotonic()))
+                else:
+                    wait_s = None  # idle: block until a record or close() (no polling)
                 self._held = self._take_batch(wait_s)
             backing_off = delay_s > 0 and time.monotonic() < retry_at
             if backing_off and self._held and self._spool(self._held):
@@ -268,24 +288,39 @@ class RecordWriter:
                 if self._held and self._spool(self._held):
                     spool_pending, self._held = True, []
 
-    def _take_batch(self, wait_s: float) -> list[Exchange]:
-        """Up to ``batch_max`` records: waits ``wait_s`` for the first, then at most
-        ``flush_interval_s`` for more (no waiting while closing)."""
-        try:
-            first = self._queue.get(timeout=wait_s) if wait_s > 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return []
+    def _take_batch(self, wait_s: float | None) -> list[Exchange]:
+        """Up to ``batch_max`` records: waits ``wait_s`` seconds for the first (``None``: until
+        one or the close marker arrives), then at most ``flush_interval_s`` for more (no waiting
+        while closing). The close marker is dropped, never returned."""
+        while True:
+            try:
+                if wait_s is None:
+                    first = self._queue.get()
+                elif wait_s > 0:
+                    first = self._queue.get(timeout=wait_s)
+                else:
+                    first = self._queue.get_nowait()
+            except queue.Empty:
+                return []
+            if first is not _WAKE:
+                break
+            self._wake_queued = False
+            wait_s = 0.0  # closing: take what is queued without waiting
         batch = [first]
         until = time.monotonic() + self._flush_interval_s
         while len(batch) < self._batch_max:
             remaining_s = until - time.monotonic()
             try:
                 if remaining_s <= 0 or self._closing.is_set():
-                    batch.append(self._queue.get_nowait())
+                    item = self._queue.get_nowait()
                 else:
-                    batch.append(self._queue.get(timeout=remaining_s))
+                    item = self._queue.get(timeout=remaining_s)
             except queue.Empty:
                 break
+            if item is not _WAKE:
+                batch.append(item)
+            else:
+                self._wake_queued = False
         return batch
 
     def _write(self, batch: list[Exchange]) -> None:
@@ -407,7 +442,7 @@ class RecordWriter:
         queued to the spool (or counts it lost); the thread exits when it wakes up."""
         if not self._spool_lock.acquire(timeout=0.5):
             self._abandoned = True
-            self.lost += len(self._held) + self._queue.qsize()
+            self.lost += len(self._held) + self._queued()
             log.error("audit writer: stuck on the spool at close; %d records lost", self.lost)
             return
         try:
@@ -415,9 +450,13 @@ class RecordWriter:
             leftover = list(self._held)
             while True:
                 try:
-                    leftover.append(self._queue.get_nowait())
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
+                if item is not _WAKE:
+                    leftover.append(item)
+                else:
+                    self._wake_queued = False
             if self._spool_path is not None and leftover:
                 try:
                     _append(self._spool_path, b"".join(_json_line(r.to_dict()) for r in leftover))

@@ -30,15 +30,29 @@ Endpoints (POST; the request body is recorded as received):
       (``abort_mode=close``: HTTP/2 drops the TCP connection instead);
     - ``status=429`` (any non-200): a JSON error body instead of the stream;
     - ``hold_s=S`` (with ``hold_at=I``, default 0): stall S seconds before event I;
-    - ``tid=...`` (or header ``x-test-id``): a key under which the exchange is filed.
+    - ``tid=...`` (or header ``x-test-id``): a key under which the exchange is filed;
+    - ``stamp=all`` (``long`` only): every event carries ``"x-bench:sent"``, not only the deltas
+      (stream.start, content.stop, usage and stream.end too: their promptness is measured).
+
+``/v1/bulk`` (bench)
+    ``bytes`` (default 20 MB) of a ``long``-like stream without gaps: stream.start, content
+    deltas of ~300 bytes, content.stop, usage, stream.end; still one event per HTTP/1.1 chunk /
+    HTTP/2 DATA frame, but many chunks per socket write (events are pre-rendered) so the
+    upstream is not the bottleneck of a throughput test.
+
+``/v1/bench/exchange?of=<tid>`` (GET, bench)
+    The send times of the exchange filed under ``tid``: ``{"send_wall": [...], "end_wall": t,
+    "completed": bool, "events": n}`` (``end_wall`` = ``time.time()`` just before the end of the
+    body -- HTTP/1.1 terminator, HTTP/2 END_STREAM -- was written).
 
 ``/v1/json``
     A plain, non-streaming JSON answer (``Content-Length``).
 
 For every request the server keeps an ``UpstreamExchange``: the request as received, the
 response status/headers, per event the uncompressed event bytes, the monotonic and wall send
-times and the cumulative raw-body offset after it, and every raw body chunk as written (content
-encoded, without HTTP/1.1 chunk framing) -- what a client reading the raw body must receive.
+times and the cumulative raw-body offset after it, every raw body chunk as written (content
+encoded, without HTTP/1.1 chunk framing) -- what a client reading the raw body must receive --
+and the wall time just before the end of the body was written (``end_wall``).
 """
 
 from __future__ import annotations
@@ -119,9 +133,10 @@ def script_tool_flow(request_id: str = REQUEST_ID) -> list[dict[str, Any]]:
 LONG_FILLER = " lorem ipsum dolor sit amet" * 6  # 162 chars -> ~300-byte events
 
 
-def script_long(n: int, request_id: str = REQUEST_ID) -> list[dict[str, Any]]:
+def script_long(n: int, request_id: str = REQUEST_ID, stamp_all: bool = False) -> list[dict[str, Any]]:
     """``n`` content deltas of ~300 bytes; ``"x-bench:sent"`` is filled with ``time.time()``
-    just before the event is written (the draft says parsers ignore unknown fields)."""
+    just before the event is written (the draft says parsers ignore unknown fields). With
+    ``stamp_all`` every event carries it, not only the deltas."""
     ev: list[dict[str, Any]] = [
         {"v": "1.0", "seq": 0, "type": "stream.start", "request_id": request_id, "model": MODEL, "created": CREATED}
     ]
@@ -140,6 +155,9 @@ def script_long(n: int, request_id: str = REQUEST_ID) -> list[dict[str, Any]]:
     ev.append({"v": "1.0", "seq": n + 1, "type": "content.stop", "index": 0, "stop_reason": "end_turn"})
     ev.append({"v": "1.0", "seq": n + 2, "type": "usage", "input_tokens": 10, "output_tokens": n})
     ev.append({"v": "1.0", "seq": n + 3, "type": "stream.end", "request_id": request_id})
+    if stamp_all:
+        for e in ev:
+            e.setdefault("x-bench:sent", None)
     return ev
 
 
@@ -150,7 +168,7 @@ def build_script(name: str, params: dict[str, str]) -> list[dict[str, Any]]:
     if name == "tool_flow":
         return script_tool_flow(rid)
     if name == "long":
-        return script_long(int(params.get("n", "200")), rid)
+        return script_long(int(params.get("n", "200")), rid, stamp_all=params.get("stamp") == "all")
     raise KeyError(name)
 
 
@@ -198,6 +216,7 @@ class UpstreamExchange:
     send_wall: list[float] = field(default_factory=list)  # time.time() at the same moment
     event_end_offsets: list[int] = field(default_factory=list)  # raw body length once event i is written
     raw_chunks: list[bytes] = field(default_factory=list)  # raw body as written (encoded, de-chunked)
+    end_wall: float | None = None  # time.time() just before the end of the body was written
     aborted: bool = False  # the server aborted the response on purpose (abort_after)
     completed: bool = False  # the server wrote the whole response and its end
     error: str | None = None  # the write failed (e.g. the peer went away)
@@ -323,6 +342,11 @@ class _H1Writer:
         except (ConnectionError, OSError) as e:
             raise _PeerGone(repr(e)) from e
 
+    async def send_many(self, chunks: list[bytes]) -> None:
+        """One HTTP/1.1 chunk per element, all in one socket write, then drain."""
+        send = self.conn.send
+        await self._write(b"".join(send(h11.Data(data=c)) for c in chunks))
+
     async def end(self) -> None:
         await self._write(self.conn.send(h11.EndOfMessage()))
 
@@ -372,6 +396,17 @@ class _H2Stream:
             await self.proto.flush()
 
     async def flush(self) -> None:
+        await self.proto.flush()
+
+    async def send_many(self, chunks: list[bytes]) -> None:
+        """One DATA frame per element (waiting for window when needed), then one flush."""
+        conn = self.proto.conn
+        for c in chunks:
+            self._check()
+            if len(c) <= min(conn.local_flow_control_window(self.sid), conn.max_outbound_frame_size):
+                conn.send_data(self.sid, c)
+            else:
+                await self.send_data_blocking(c)
         await self.proto.flush()
 
     async def end(self) -> None:
@@ -710,10 +745,61 @@ class UpstreamServer:
         await w.end()
         ex.completed = True
 
+    def _bench_times(self, tid: str) -> dict[str, Any]:
+        with self._lock:
+            ex = self._by_tid.get(tid)
+        if ex is None:
+            return {"error": f"no exchange {tid!r}"}
+        return {"send_wall": list(ex.send_wall), "end_wall": ex.end_wall, "completed": ex.completed,
+                "events": len(ex.events)}
+
+    async def _respond_bulk(self, ex: UpstreamExchange, w: Any, total_bytes: int) -> None:
+        """``total_bytes`` of SSE without gaps, one event per chunk/frame, ~64 KB per socket
+        write. Only the first send time and ``end_wall`` are logged (not every event)."""
+        rid = REQUEST_ID
+        headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+        if ex.http_version == "HTTP/1.1":
+            headers.append(("transfer-encoding", "chunked"))
+        ex.status, ex.response_headers = 200, headers
+        await w.send_headers(200, headers)
+        text = LONG_FILLER[:140]
+        head = render_event({"v": "1.0", "seq": 0, "type": "stream.start", "request_id": rid, "model": MODEL, "created": CREATED})
+        # A delta with its seq as the only varying part (rendered by string formatting, not json).
+        proto = render_event({"v": "1.0", "seq": 999999999, "type": "content.delta", "index": 0, "role": "assistant",
+                              "delta": {"text": " t" + text}}).decode()
+        pre, post = proto.split("999999999")
+        n = max(1, total_bytes // len(proto))
+        ex.send_wall.append(time.time())
+        ex.send_times.append(time.monotonic())
+        batch: list[bytes] = [head]
+        size = len(head)
+        for i in range(1, n + 1):
+            ev = f"{pre}{i}{post}".encode()
+            batch.append(ev)
+            size += len(ev)
+            if size >= 65536:
+                await w.send_many(batch)
+                batch, size = [], 0
+        for e in ({"v": "1.0", "seq": n + 1, "type": "content.stop", "index": 0, "stop_reason": "end_turn"},
+                  {"v": "1.0", "seq": n + 2, "type": "usage", "input_tokens": 10, "output_tokens": n},
+                  {"v": "1.0", "seq": n + 3, "type": "stream.end", "request_id": rid}):
+            batch.append(render_event(e))
+        await w.send_many(batch)
+        ex.events.append(b"")  # the count is not kept per event for bulk: one marker
+        ex.end_wall = time.time()
+        await w.end()
+        ex.completed = True
+
     async def _respond(self, ex: UpstreamExchange, w: Any) -> None:
         p = ex.query
         if ex.path == "/v1/json":
             await self._send_simple(ex, w, 200, JSON_ANSWER)
+            return
+        if ex.path == "/v1/bench/exchange":
+            await self._send_simple(ex, w, 200, self._bench_times(p.get("of", "")))
+            return
+        if ex.path == "/v1/bulk":
+            await self._respond_bulk(ex, w, int(p.get("bytes", str(20 << 20))))
             return
         if ex.path != "/v1/stream":
             await self._send_simple(ex, w, 404, {"error": {"type": "not_found", "message": ex.path}})
@@ -770,6 +856,7 @@ class UpstreamServer:
                 except BlockingIOError:
                     await w.send_data_blocking(tail)
                 await w.flush()
+        ex.end_wall = time.time()
         await w.end()
         ex.completed = True
 

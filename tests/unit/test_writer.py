@@ -372,3 +372,43 @@ def test_poison_record_of_any_error_type_is_rejected_not_retried(
     assert (writer.written, writer.rejected) == (3, 1)
     assert _count(store) == 3
     assert (tmp_path / "s.jsonl.rejected").read_text().count('"poison"') >= 1
+
+
+def _thread_wakeups(thread: threading.Thread) -> int:
+    """Voluntary context switches of ``thread`` (each wake-up from a blocking wait is one)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("voluntary_ctxt_switches:")).split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_idle_writer_blocks_without_polling(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
+    """An idle writer does not wake up periodically (it runs inside the proxy process: polling
+    there is proxy CPU). Before the fix it woke every flush_interval_s (5 times a second)."""
+    writer = RecordWriter(store, flush_interval_s=0.02)
+    writer.start()
+    try:
+        time.sleep(0.2)
+        thread = writer._thread
+        assert thread is not None
+        before = _thread_wakeups(thread)
+        time.sleep(1.0)
+        assert _thread_wakeups(thread) - before <= 2  # was ~50 at 20 ms
+        # Still writes what arrives after the idle spell, within the flush interval.
+        record = _records(make_exchange, 1, prefix="idle")[0]
+        assert writer.submit(record)
+        _wait_until(lambda: writer.written == 1, timeout_s=5.0)
+    finally:
+        writer.close()
+    assert _count(store) == 1
+
+
+def test_close_of_an_idle_writer_is_immediate(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
+    """close() wakes an idle writer at once: it used to wait out the rest of flush_interval_s."""
+    writer = RecordWriter(store, flush_interval_s=2.0)
+    writer.start()
+    time.sleep(0.1)
+    t = time.monotonic()
+    writer.close()
+    assert time.monotonic() - t < 0.5
+    assert writer.stats()["alive"] is False
+    assert (writer.lost, writer.dropped, writer.stats()["queued"]) == (0, 0, 0)
