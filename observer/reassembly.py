@@ -48,19 +48,43 @@ class EndCause(enum.StrEnum):
 _COALESCE_PARTS = 256  # join a block's pieces this often: one-character deltas must not cost ~58 B each
 
 
-def _append(parts: list[str], text: str) -> None:
-    """Appends ``text``; every ``_COALESCE_PARTS`` pieces are joined into one, so memory stays
-    proportional to the characters kept, not to the number of deltas (amortised O(n))."""
-    parts.append(text)
-    if len(parts) >= _COALESCE_PARTS:
+class _Parts(list):
+    """The text pieces of one block or tool call. ``joined`` counts the leading entries that
+    are already coalesced runs; only the pieces after them are ever joined again, so each
+    character is copied at most twice before ``finish`` (linear, not quadratic, in the
+    stream's length) and the list holds about one entry per ``_COALESCE_PARTS`` deltas."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.joined = 0
+
+
+def _coalesce(parts: list[str]) -> None:
+    """Joins the pieces after the already-coalesced runs (a plain list: all of them)."""
+    if parts.__class__ is _Parts:
+        j = parts.joined  # type: ignore[attr-defined]
+        parts[j:] = ["".join(parts[j:])]
+        parts.joined = j + 1  # type: ignore[attr-defined]
+    else:
         parts[:] = ["".join(parts)]
+
+
+def _append(parts: list[str], text: str) -> None:
+    """Appends ``text``; every ``_COALESCE_PARTS`` new pieces are joined into one, so memory
+    stays proportional to the characters kept, not to the number of deltas (amortised O(n)
+    for a ``_Parts``)."""
+    parts.append(text)
+    if len(parts) - getattr(parts, "joined", 0) >= _COALESCE_PARTS:
+        _coalesce(parts)
 
 
 @dataclass(slots=True)
 class _BlockState:
     index: int
     type: str
-    parts: list[str] = field(default_factory=list)
+    parts: _Parts = field(default_factory=_Parts)
     stop_reason: str | None = None
 
 
@@ -85,7 +109,7 @@ class Reassembler:
         self._dropped: Counter[str] = Counter()
         self._blocks: dict[int, _BlockState] = {}
         self._tool_calls: list[ToolCall] = []
-        self._fragments: dict[str, tuple[ToolCall, list[str], int | None]] = {}  # key -> (call, parts, seq)
+        self._fragments: dict[str, tuple[ToolCall, _Parts, int | None]] = {}  # key -> (call, parts, seq)
         self._usage = Usage()
         self._violations: list[Violation] = []
         self._model: str | None = None
@@ -120,10 +144,15 @@ class Reassembler:
                 Violation(ViolationKind.EVENT_AFTER_END, ev.seq, f"{_type_name(ev)} after stream.end (ignored)")
             )
             return
+        cls = ev.__class__
+        if cls is ContentDelta:  # the hot path: most events of every stream
+            self.text(ev.index, ev.block_type, ev.text, now_s)
+            return
         self._events += 1
+        if cls is ToolCallDelta:
+            self._on_tool_fragment(ev.seq, ev.key, ev.index, ev.id, ev.name, ev.arguments)
+            return
         match ev:
-            case ContentDelta():
-                self._on_delta(ev, now_s)
             case StreamStart():
                 self._started = True
                 if ev.model is not None:
@@ -139,7 +168,7 @@ class Reassembler:
             case ToolCallEvent():
                 self._on_tool_call(ev)
             case ToolCallDelta():
-                self._on_tool_fragment(ev)
+                self._on_tool_fragment(ev.seq, ev.key, ev.index, ev.id, ev.name, ev.arguments)
             case StopEvent():
                 self._stop_reason = clip(ev.stop_reason, MAX_NAME_CHARS)
                 self._stop_reason_raw = clip(ev.stop_reason_raw, MAX_NAME_CHARS)
@@ -160,15 +189,31 @@ class Reassembler:
                 self._check_request_id(ev.request_id, ev.seq, "stream.end")
                 self._ended = True
 
-    def _on_delta(self, ev: ContentDelta, now_s: float) -> None:
-        block = self._block(ev.index, ev.block_type)
-        if ev.text and self._first_text_s is None:
-            self._first_text_s = now_s
+    def text(self, index: int, block_type: str, text: str, now_s: float) -> None:
+        """Applies ``ContentDelta(seq, index, text, block_type)`` observed at ``now_s`` (epoch
+        seconds) without building it: exactly what :meth:`apply` does with that event (event
+        count, first-text time, block creation and ``max_blocks``, ``max_stream_text_chars``)
+        except the ``event_after_end`` check, which the caller makes first (:attr:`ended` must be
+        false). The dialects' fast lanes (``StreamAdapter.fast``) land here."""
+        self._events += 1
+        block = self._blocks.get(index)
         if block is None:
+            block = self._block(index, block_type)
+        if text and self._first_text_s is None:
+            self._first_text_s = now_s
+        if block is None or not text:
             return
-        text = self._take(ev.text)
-        if text:
-            _append(block.parts, text)
+        n = len(text)
+        if self._text_chars + n > self._max_text_chars:
+            text = self._take(text)
+            if not text:
+                return
+        else:
+            self._text_chars += n
+        parts = block.parts
+        parts.append(text)
+        if len(parts) - parts.joined >= _COALESCE_PARTS:
+            _coalesce(parts)
 
     def _on_tool_call(self, ev: ToolCallEvent) -> None:
         declared = ev.name is not None and ev.name in self._declared
@@ -183,23 +228,35 @@ class Reassembler:
         else:
             self._dropped["tool call"] += 1
 
-    def _on_tool_fragment(self, ev: ToolCallDelta) -> None:
-        entry = self._fragments.get(ev.key)
+    def fragment(
+        self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, arguments: str
+    ) -> None:
+        """Applies ``ToolCallDelta(seq, key, index, id, name, arguments)`` without building it:
+        exactly what :meth:`apply` does with that event except the ``event_after_end`` check,
+        which the caller makes first (:attr:`ended` must be false). For the dialects' fast
+        lanes (``StreamAdapter.fast``)."""
+        self._events += 1
+        self._on_tool_fragment(seq, key, index, id, name, arguments)
+
+    def _on_tool_fragment(
+        self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, arguments: str
+    ) -> None:
+        entry = self._fragments.get(key)
         if entry is None:
             if len(self._tool_calls) >= self._limits.max_tool_calls:
                 self._dropped["tool call fragment"] += 1
                 return
-            call = ToolCall(ev.index, clip(ev.id, MAX_NAME_CHARS), clip(ev.name, MAX_NAME_CHARS), "", False)
+            call = ToolCall(index, clip(id, MAX_NAME_CHARS), clip(name, MAX_NAME_CHARS), "", False)
             self._tool_calls.append(call)
-            entry = self._fragments[ev.key] = (call, [], ev.seq)
+            entry = self._fragments[key] = (call, _Parts(), seq)
         call, parts, _ = entry
         if call.index is None:
-            call.index = ev.index
+            call.index = index
         if call.id is None:
-            call.id = clip(ev.id, MAX_NAME_CHARS)
+            call.id = clip(id, MAX_NAME_CHARS)
         if call.name is None:
-            call.name = clip(ev.name, MAX_NAME_CHARS)
-        arguments = self._take(ev.arguments)
+            call.name = clip(name, MAX_NAME_CHARS)
+        arguments = self._take(arguments)
         if arguments:
             _append(parts, arguments)
 

@@ -10,9 +10,19 @@ The caller (the mitmproxy addon) supplies every clock reading and must never let
 from ``feed`` reach the proxy: it calls ``fail`` instead and keeps forwarding bytes. Non-2xx
 answers and bodies the dialect cannot read are not parsed; their first ``max_body_bytes`` are
 kept verbatim.
+
+Fast lanes (the bulk of a stream): with no Content-Encoding the decoder is skipped; for SSE and
+NDJSON the framer hands each message's undecoded data to ``StreamObserver._sink``, which parses
+it once with orjson (which validates UTF-8) and offers it to the adapter's ``fast`` method (a
+text delta or tool-argument fragment goes straight to ``Reassembler.text``/``fragment``, no
+canonical event built) or else its ``on_object`` (``observer.dialects.base.StreamAdapter``).
+Data that is not valid UTF-8 JSON takes the general path (decoded message, ``on_message``), so
+violations are reported as before; the record is the same either way (tests/unit/test_fast_lane.py).
 """
 
 from __future__ import annotations
+
+import orjson
 
 from observer.dialects.base import Dialect, RequestView, media_type
 from observer.errors import ObserverError
@@ -20,7 +30,55 @@ from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
 from observer.records import ErrorInfo, Exchange, Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.wire.content import ContentDecoder, make_decoder
-from observer.wire.frames import make_framer
+from observer.wire.frames import Framing, JSONFrame, make_framer
+
+_loads = orjson.loads
+_CR = 0x0D
+_JSONDecodeError = orjson.JSONDecodeError
+
+
+class _ParsedEvent:
+    """An SSE event whose data the tap already parsed (so known valid UTF-8): ``event``, ``id``,
+    ``retry``, ``size_bytes`` as in ``observer.wire.sse.SSEEvent``; ``data`` (str) is decoded
+    from the raw bytes only if an adapter reads it (a 300 KB event is not decoded for nothing)."""
+
+    __slots__ = ("event", "id", "retry", "size_bytes", "_raw")
+
+    def __init__(self, event: str, raw: bytes, id: str | None, retry: int | None, size_bytes: int) -> None:
+        self.event = event
+        self._raw = raw
+        self.id = id
+        self.retry = retry
+        self.size_bytes = size_bytes
+
+    @property
+    def data(self) -> str:
+        return self._raw.decode("utf-8")
+
+
+class _ParsedFrame(JSONFrame):
+    """A ``JSONFrame`` (NDJSON line) the tap already parsed: ``data`` decoded on first use, as
+    in ``_ParsedEvent``. Built with :func:`_parsed_frame` (the frozen dataclass's ``__init__``
+    would try to assign ``data``)."""
+
+    __slots__ = ("_raw",)
+
+    @property  # type: ignore[override]
+    def data(self) -> str:  # shadows JSONFrame's slot
+        return self._raw.decode("utf-8")
+
+
+_set_size = JSONFrame.size_bytes.__set__  # type: ignore[attr-defined]
+_set_event = JSONFrame.event.__set__  # type: ignore[attr-defined]
+_set_raw = _ParsedFrame._raw.__set__  # type: ignore[attr-defined]
+
+
+def _parsed_frame(raw: bytes, size: int) -> _ParsedFrame:
+    frame = object.__new__(_ParsedFrame)
+    _set_raw(frame, raw)
+    _set_size(frame, size)
+    _set_event(frame, "")
+    return frame
 
 
 class StreamObserver:
@@ -65,12 +123,39 @@ class StreamObserver:
         self._decoder: ContentDecoder | None = None
         self._broken = False
         self._messages = 0
+        self._cap = limits.max_stream_events
+        self._now = 0.0  # the clock reading of the chunk being framed (for the framer's sink)
         try:
             # Bounded decoding: a decompression bomb stops observation, never the proxy loop.
             self._decoder = make_decoder(content_encoding, max_ratio=limits.max_decode_ratio)
         except ObserverError as exc:
             self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))
+        # No Content-Encoding: the bytes are the plain body; the metered identity decoder can
+        # never refuse them (output = input <= max_ratio x input), so ``feed`` skips it.
+        self._identity = getattr(self._decoder, "identity", False)
+        # JSON-message framings whose adapter can map a pre-parsed message (``on_object``): the
+        # framer hands each message's raw bytes to ``_sink``, which parses them once (orjson
+        # validates UTF-8) and tries the adapter's fast lane before the general mapping.
+        self._on_object = getattr(self._adapter, "on_object", None)
+        self._fast = getattr(self._adapter, "fast", None)
+        self._sse = framing is Framing.SSE
+        if self._on_object is not None and framing in (Framing.SSE, Framing.NDJSON):
+            self._framer.sink = self._sink
         self._closed = False
+        # The one-message-chunk lane (``feed``): plain body, SSE/NDJSON with a fast-lane adapter.
+        # ``_lane`` is true while the framer holds nothing (re-checked after each framer feed),
+        # so a chunk that is exactly one complete message can bypass the framer.
+        self._can_lane = (
+            self._identity
+            and self._fast is not None
+            and self._on_object is not None
+            and self._body is None
+            and framing in (Framing.SSE, Framing.NDJSON)
+            and not self._broken
+        )
+        self._lane = False
+        self._max_event = limits.max_event_bytes
+        self._r = self._reassembler
 
     @property
     def broken(self) -> bool:
@@ -78,9 +163,56 @@ class StreamObserver:
         return self._broken
 
     def feed(self, data: bytes, now_s: float) -> None:
-        """Observes one forwarded chunk. May raise on a bug; the caller then calls ``fail``."""
-        self._exchange.response_bytes += len(data)
+        """Observes one forwarded chunk (bytes) that arrived at ``now_s`` (epoch seconds). May
+        raise on a bug; the caller then calls ``fail``.
+
+        The commonest chunk of a token stream, exactly one complete message (SSE: one
+        ``data: `` line, optionally after one ``event: `` line, LF line ends; NDJSON: one LF-ended
+        line; CRLF line ends for a lone ``data: `` line) arriving while the framer holds nothing, is handled here without the framer: one
+        orjson parse, then the adapter's fast lane (or ``on_object``), as ``_sink`` would. A
+        chunk that is anything else, or data that is not JSON, goes through the framer."""
+        n = len(data)
+        self._exchange.response_bytes += n
+        if self._lane and n <= self._max_event:
+            if self._sse:
+                if data[-2:] == b"\n\n" and _CR not in data:
+                    first = data.find(b"\n")
+                    if first == n - 2:
+                        if data[:6] == b"data: ":
+                            if self._one(b"", data[6:-2], n, now_s):
+                                return
+                    elif (
+                        data[:7] == b"event: "
+                        and data[first + 1 : first + 7] == b"data: "
+                        and data.find(b"\n", first + 1) == n - 2
+                    ):
+                        if self._one(data[7:first], data[first + 7 : -2], n, now_s):
+                            return
+                elif (
+                    data[-4:] == b"\r\n\r\n"
+                    and data[:6] == b"data: "
+                    and data.find(b"\r") == n - 4
+                    and data.find(b"\n") == n - 3
+                ):
+                    # One CRLF data-line event (Google's streams).
+                    if self._one(b"", data[6:-4], n, now_s):
+                        return
+            elif data[-1:] == b"\n" and data.find(b"\n") == n - 1 and data[-2:-1] != b"\r":
+                if self._one(None, data[:-1], n, now_s):
+                    return
         if self._broken or not data:
+            return
+        if self._identity:
+            if self._body is None:
+                # Straight to the framer.
+                self._now = now_s
+                framer = self._framer
+                items = framer.feed(data)
+                if items:
+                    self._dispatch_all(items, now_s)
+                self._lane = self._can_lane and not self._broken and framer.idle
+            else:
+                self._consume(data, now_s)
             return
         assert self._decoder is not None
         try:
@@ -94,7 +226,34 @@ class StreamObserver:
         """Stops observing after an unexpected exception; records ``observer_error``."""
         self._stop(ViolationKind.OBSERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
+    def _one(self, event_b: bytes | None, raw: bytes, size: int, now_s: float) -> bool:
+        """``feed``'s lane: one complete message (SSE event type ``event_b``, ``None`` for
+        NDJSON; undecoded data ``raw``; ``size`` wire bytes) while the framer holds nothing.
+        Does what the framer and ``_sink`` would do with it and returns True; returns False
+        (nothing done) when the framer must see it (data not JSON, event type not UTF-8)."""
+        try:
+            obj = _loads(raw)
+        except _JSONDecodeError:
+            return False
+        m = self._messages = self._messages + 1
+        if m > self._cap:
+            self._over_cap()
+            return True
+        r = self._r
+        if not r._ended:
+            hit = self._fast(event_b, obj)
+            if hit is not None:
+                if hit:
+                    if len(hit) == 3:
+                        r.text(hit[0], hit[1], hit[2], now_s)
+                    else:
+                        r.fragment(*hit)
+                return True
+        self._now = now_s
+        return self._mapped(event_b, raw, obj, size, self._framer.last_id if self._sse else None, None, now_s)
+
     def _stop(self, kind: ViolationKind, detail: str) -> None:
+        self._lane = False
         if not self._broken:
             self._broken = True
             self._reassembler.violation(Violation(kind, None, detail))
@@ -107,27 +266,106 @@ class StreamObserver:
             if room > 0:
                 self._body += plain[:room]
             return
-        for item in self._framer.feed(plain):
-            self._dispatch(item, now_s)
+        self._now = now_s
+        items = self._framer.feed(plain)
+        if items:
+            self._dispatch_all(items, now_s)
+
+    def _sink(
+        self, event_b: bytes, raw: bytes, size: int, last_id: str | None, retry: int | None, out: list
+    ) -> bool:
+        """The framer's hook (``SSEDecoder.sink``/``NDJSONDecoder.sink``): takes a message whose
+        data is valid UTF-8 JSON (and whose SSE event type is valid UTF-8), else returns False
+        and the framer emits it for the general path (which reports ``invalid_utf8`` /
+        ``invalid_json`` as before). A taken message is counted like any other (cap
+        ``max_stream_events``), goes to the adapter's fast lane if it has one and the stream has
+        not ended, else to ``on_object`` with the parsed value: the record is the same as from
+        ``on_message``."""
+        if self._broken:
+            return True  # what _dispatch_all would do with it: nothing
+        try:
+            obj = _loads(raw)
+        except _JSONDecodeError:
+            return False
+        if out:
+            self._dispatch_all(out, self._now)
+            out.clear()
+            if self._broken:
+                return True
+        m = self._messages = self._messages + 1
+        if m > self._cap:
+            self._over_cap()
+            return True
+        r = self._reassembler
+        fast = self._fast
+        if fast is not None and not r._ended:
+            hit = fast(event_b, obj)
+            if hit is not None:
+                if hit:
+                    if len(hit) == 3:
+                        r.text(hit[0], hit[1], hit[2], self._now)
+                    else:
+                        r.fragment(*hit)
+                return True
+        return self._mapped(event_b, raw, obj, size, last_id, retry, self._now)
+
+    def _mapped(
+        self, event_b: bytes | None, raw: bytes, obj: object, size: int, last_id: str | None, retry: int | None,
+        now_s: float,
+    ) -> bool:
+        """The general mapping of a counted, parsed message (no fast-lane hit): the adapter's
+        ``on_object`` with the message rebuilt around its undecoded data. Returns False, and
+        un-counts it, when its SSE event type is not UTF-8 (the framer then emits it for the
+        general path, which reports that)."""
+        if self._sse:
+            try:
+                event = event_b.decode("utf-8")  # type: ignore[union-attr]
+            except UnicodeDecodeError:
+                self._messages -= 1  # not taken after all: the framer emits it, the count follows
+                return False
+            message = _ParsedEvent(event, raw, last_id, retry, size)
+        else:
+            message = _parsed_frame(raw, size)
+        r = self._reassembler
+        for ev in self._on_object(message, obj):
+            if ev.__class__ is Violation:
+                r.violation(ev)
+            else:
+                r.apply(ev, now_s)
+        return True
+
+    def _over_cap(self) -> None:
+        cap = self._cap
+        self._stop(ViolationKind.OVERSIZE_STREAM, f"more than {cap} messages: observation stopped")
+
+    def _dispatch_all(self, items: list, now_s: float) -> None:
+        """Hands framed messages (and framing violations) to the adapter, and its canonical
+        events to the reassembler. The per-message loop is the hot path: names bound locally,
+        one exact-type test per item (``Violation`` is final by use)."""
+        r = self._reassembler
+        apply = r.apply
+        on_message = self._adapter.on_message
+        cap = self._limits.max_stream_events
+        for item in items:
+            if self._broken:
+                return
+            if item.__class__ is Violation:
+                r.violation(item)
+                if item.kind == ViolationKind.OVERSIZE_EVENT:
+                    self._adapter.on_lost()
+                continue
+            self._messages += 1
+            if self._messages > cap:
+                self._over_cap()
+                return
+            for ev in on_message(item):
+                if ev.__class__ is Violation:
+                    r.violation(ev)
+                else:
+                    apply(ev, now_s)
 
     def _dispatch(self, item: object, now_s: float) -> None:
-        r = self._reassembler
-        if self._broken:
-            return
-        if not isinstance(item, Violation):
-            self._messages += 1
-            if self._messages > self._limits.max_stream_events:
-                self._stop(
-                    ViolationKind.OVERSIZE_STREAM,
-                    f"more than {self._limits.max_stream_events} messages: observation stopped",
-                )
-                return
-        if isinstance(item, Violation):
-            r.violation(item)
-            if item.kind == ViolationKind.OVERSIZE_EVENT:
-                self._adapter.on_lost()
-            return
-        self._apply(self._adapter.on_message(item), now_s)
+        self._dispatch_all([item], now_s)
 
     def _apply(self, items: list, now_s: float) -> None:
         r = self._reassembler
@@ -153,6 +391,7 @@ class StreamObserver:
         if self._closed:
             raise RuntimeError("StreamObserver.finish called twice")
         self._closed = True
+        self._lane = False
         ex = self._exchange
         if not self._broken and self._decoder is not None:
             try:
@@ -162,8 +401,8 @@ class StreamObserver:
                     # Only a clean end can leave a final message without its terminator
                     # (``unterminated_final_event``); after an abort the tail is just cut off.
                     if end is EndCause.EOF:
-                        for item in self._framer.close():
-                            self._dispatch(item, now_s)
+                        self._now = now_s
+                        self._dispatch_all(self._framer.close(), now_s)
                     self._apply(self._adapter.on_close(), now_s)
             except ObserverError as exc:
                 self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))

@@ -201,6 +201,21 @@ class SequenceCheck:
         """One message was lost: the next value may be one higher than otherwise expected."""
         self._skipped += 1
 
+    def advance(self, value: Any) -> bool:
+        """What :meth:`check` does for a value it would accept without a violation (``None``,
+        or an int just above the previous one within the lost allowance): the same update and
+        True; for any other value False and nothing changed (call :meth:`check` then)."""
+        if value is None:
+            return True
+        if value.__class__ is not int or value < 0 or value > INT64_MAX:
+            return False
+        last = self._last
+        if last is not None and not last < value <= last + 1 + self._skipped:
+            return False
+        self._last = value
+        self._skipped = 0
+        return True
+
     def check(self, value: Any, out: list[Any]) -> int | None:
         """The event's sequence number (or ``None``); violations appended to ``out``."""
         if value is None:

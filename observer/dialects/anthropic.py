@@ -233,6 +233,12 @@ class AnthropicAdapter(AdapterBase):
             obj = orjson.loads(message.data)
         except orjson.JSONDecodeError as exc:
             return [Violation(V.INVALID_JSON, None, f"event {name!r}: {exc}")]
+        return self.on_object(message, obj)
+
+    def on_object(self, message: Message, obj: Any) -> Out:
+        """``on_message(message)`` for a message whose data already parsed as JSON to ``obj``
+        (any JSON value): the same events and violations, without parsing again."""
+        name = message.event or "message"
         if not isinstance(obj, dict):
             return [Violation(V.INVALID_EVENT, None, f"event {name!r}: data is not a JSON object")]
         etype = obj.get("type")
@@ -245,6 +251,38 @@ class AnthropicAdapter(AdapterBase):
         if handler is not None:
             handler(self, obj, out)
         return out
+
+    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | None:
+        """The fast lane (``StreamAdapter.fast``): a ``content_block_delta`` carrying a
+        ``text_delta``/``thinking_delta`` string for a block opened with that kind, with no SSE
+        ``event`` or one equal to its ``type``, gives ``(index, kind, text)``, what
+        :meth:`on_message` maps it to; an ``input_json_delta`` of an open tool block gives the
+        ``ToolCallDelta`` fields; anything else ``None`` (the general mapping runs)."""
+        if obj.__class__ is not dict or obj.get("type") != "content_block_delta":
+            return None
+        if event and event != b"content_block_delta":
+            return None
+        index = obj.get("index")
+        if index.__class__ is not int or index < 0 or index >= 2**63:
+            return None
+        delta = obj.get("delta")
+        if delta.__class__ is not dict:
+            return None
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            kind, value = "text", delta.get("text")
+        elif dtype == "thinking_delta":
+            kind, value = "reasoning", delta.get("thinking")
+        elif dtype == "input_json_delta":
+            value = delta.get("partial_json")
+            if value.__class__ is not str or self._kinds.get(index) != "tool":
+                return None
+            return (None, self._tool_keys.get(index, str(index)), index, None, None, value)
+        else:
+            return None
+        if value.__class__ is not str or self._kinds.get(index) != kind:
+            return None
+        return (index, kind, value)
 
     def _done_marker(self) -> Out:
         """A proxy's ``[DONE]`` terminator (module docstring): flagged once, mapped to nothing."""

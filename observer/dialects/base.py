@@ -62,7 +62,26 @@ class Message(Protocol):
 
 
 class StreamAdapter(Protocol):
-    """Maps one response's messages onto canonical events (one instance per response)."""
+    """Maps one response's messages onto canonical events (one instance per response).
+
+    Two optional methods (looked up with ``getattr`` by ``observer.tap``; absent = not used)
+    let the tap skip work on the bulk of a stream; both must give the same record as
+    ``on_message``:
+
+    - ``on_object(message, obj) -> list[CanonicalEvent | Violation]``: ``on_message(message)``
+      for a message whose ``data`` the tap already parsed (orjson, from the undecoded bytes, so
+      valid UTF-8) to the JSON value ``obj`` (any JSON type). ``message.data`` may be decoded
+      lazily; the message is an SSE event or a ``JSONFrame`` as for ``on_message``.
+    - ``fast(event, obj) -> tuple | None``: the fast lane for the dialect's dominant messages,
+      text deltas and tool-call argument fragments. ``event`` is the SSE ``event`` field as
+      undecoded bytes (``b""`` when absent; ``None`` for a non-SSE framing), ``obj`` as for
+      ``on_object``. Returns ``(block index, block type, text)`` when ``on_message`` would
+      have returned exactly ``[ContentDelta(seq, index, text, block_type)]``; ``(seq, key,
+      index, id, name, arguments)`` when it would have returned exactly ``[ToolCallDelta(seq,
+      key, index, id, name, arguments)]``; ``()`` when it would have returned ``[]``; each after
+      the same adapter state update. Else ``None``, with no state changed. The tap then calls
+      ``Reassembler.text`` / ``Reassembler.fragment`` instead of building the event.
+    """
 
     def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
         """Maps one message; returns canonical events and violations in wire order."""

@@ -275,6 +275,11 @@ class GeminiAdapter(AdapterBase):
             obj = orjson.loads(message.data)
         except orjson.JSONDecodeError as exc:
             return [Violation(V.INVALID_JSON, None, f"response chunk: {exc}")]
+        return self.on_object(message, obj)
+
+    def on_object(self, message: Message, obj: Any) -> Out:
+        """``on_message(message)`` for a message whose data already parsed as JSON to ``obj``
+        (any JSON value): the same events and violations, without parsing again."""
         out: Out = []
         for item in obj if isinstance(obj, list) else [obj]:
             if isinstance(item, dict):
@@ -282,6 +287,82 @@ class GeminiAdapter(AdapterBase):
             else:
                 out.append(Violation(V.INVALID_EVENT, None, "response chunk is not a JSON object"))
         return out
+
+    def fast(self, event: bytes | None, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+        """The fast lane (``StreamAdapter.fast``): a response chunk whose only news is one text
+        part of one candidate (no error, finish reason, function call, usage counts, prompt
+        feedback or model change) gives ``(block, "text"|"reasoning", text)``, or ``()`` for
+        empty text (no event); one whose only news is a piece of a streamed function-call
+        argument string gives ``()`` (``_fast_call``); anything else ``None`` (the general
+        mapping runs). Same result as :meth:`on_message`."""
+        # Subscripts inside one try: a non-dict ``obj``/candidate/``content``, ``candidates`` or
+        # ``parts`` not exactly one element, a missing key all raise: general mapping.
+        try:
+            (cand,) = obj["candidates"]
+            (part,) = cand["content"]["parts"]
+        except (KeyError, TypeError, ValueError):
+            return None
+        if part.__class__ is not dict or obj.__class__ is not dict:
+            return None
+        get = obj.get
+        if get("error").__class__ is dict:
+            return None
+        model = get("modelVersion")
+        if model.__class__ is str and model and model != self._model:
+            return None
+        meta = get("usageMetadata")
+        if meta.__class__ is dict and not _COUNT_KEYS.isdisjoint(meta):
+            return None  # counts (even null ones): the general path decides on a UsageEvent
+        if cand.get("finishReason") is not None:
+            return None
+        index = cand.get("index")
+        if index is None:
+            index = 0
+        elif index.__class__ is not int or not 0 <= index < 2**31:
+            return None
+        call = part.get("functionCall")
+        if call is not None:
+            return self._fast_call(index, part, call)
+        text = part.get("text")
+        if text.__class__ is not str:
+            return None
+        if not text:
+            return ()
+        if part.get("thought") is True:
+            return (2 * index + 1, "reasoning", text)
+        return (2 * index, "text", text)
+
+    def _fast_call(self, index: int, part: dict[str, Any], call: Any) -> tuple[()] | None:
+        """The fast lane for a part that only continues the string being streamed into the open
+        call of candidate ``index``: a nameless ``functionCall`` with ``willContinue: true`` and
+        one ``partialArgs`` entry with the same ``jsonPath`` string as the value it continues, a
+        string ``stringValue`` and ``willContinue: true``, within the call's caps, and no text
+        in the part. Appends the piece as ``_StreamedCall.add`` would and returns ``()`` (no
+        event); anything else ``None`` with nothing changed."""
+        if call.__class__ is not dict or call.get("name") is not None or call.get("willContinue") is not True:
+            return None
+        streamed = self._open.get(index)
+        if streamed is None or streamed.capped:
+            return None
+        partial = call.get("partialArgs")
+        if partial.__class__ is not list or len(partial) != 1:
+            return None
+        arg = partial[0]
+        if arg.__class__ is not dict or arg.get("willContinue") is not True:
+            return None
+        value = arg.get("stringValue")
+        path = arg.get("jsonPath")
+        if value.__class__ is not str or path.__class__ is not str or path != streamed.open_src:
+            return None
+        text = part.get("text")
+        if text.__class__ is str and text:
+            return None
+        size = len(path) + len(value)
+        if streamed.chars + size > MAX_CALL_CHARS:
+            return None
+        streamed.chars += size
+        streamed.open_parts.append(value)
+        return ()
 
     def _done_marker(self) -> Out:
         if self._done_seen:
@@ -465,6 +546,7 @@ class _StreamedCall:
     capped: bool = False
     open_path: list[str | int] | None = None  # the string still being continued
     open_parts: list[str] = field(default_factory=list)
+    open_src: str | None = None  # the jsonPath string that set open_path (for the fast lane)
 
     def add(self, arg: dict[str, Any], out: Out) -> None:
         path = arg.get("jsonPath")
@@ -494,7 +576,7 @@ class _StreamedCall:
                 out.append(Violation(V.INVALID_EVENT, None, detail))
                 return
             if isinstance(value, str):
-                self.open_path, self.open_parts = segments, [value]
+                self.open_path, self.open_parts, self.open_src = segments, [value], path
         if isinstance(value, str) and arg.get("willContinue") is not True:
             self._flush()
 
@@ -502,7 +584,7 @@ class _StreamedCall:
         """Writes the string being continued, joined, at its path."""
         if self.open_path is not None:
             _set_path(self.args, self.open_path, "".join(self.open_parts))
-            self.open_path, self.open_parts = None, []
+            self.open_path, self.open_parts, self.open_src = None, [], None
 
     def event(self) -> ToolCallEvent:
         self._flush()
@@ -527,6 +609,9 @@ def _error(err: dict[str, Any]) -> ErrorEvent:
 def _count(meta: dict[str, Any], key: str) -> int | None:
     value = meta.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+_COUNT_KEYS = frozenset({"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"})  # what _usage reads
 
 
 def _usage(meta: Any, out: Out) -> None:

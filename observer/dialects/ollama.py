@@ -207,6 +207,12 @@ class OllamaAdapter(AdapterBase):
         except orjson.JSONDecodeError as exc:
             out.append(Violation(V.INVALID_JSON, None, f"NDJSON line: {exc}"))
             return out
+        return self.on_object(message, obj)
+
+    def on_object(self, message: Message, obj: Any) -> Out:
+        """``on_message(message)`` for a line that already parsed as JSON to ``obj`` (any JSON
+        value): the same events and violations, without parsing again."""
+        out: Out = []
         if not isinstance(obj, dict):
             out.append(Violation(V.INVALID_EVENT, None, "NDJSON line is not a JSON object"))
             return out
@@ -222,6 +228,35 @@ class OllamaAdapter(AdapterBase):
         elif done is not None and done is not False:
             out.append(Violation(V.INVALID_EVENT, None, "done is not a boolean"))
         return out
+
+    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+        """The fast lane (``StreamAdapter.fast``): a line that only continues the text
+        (``message.content`` of ``/api/chat``, ``response`` of ``/api/generate``; no error,
+        ``done`` absent or false, no thinking, tool calls or model change) gives
+        ``(TEXT_BLOCK, "text", text)``, or ``()`` when the text is empty/null (no event);
+        anything else ``None`` (the general mapping runs). Same result as :meth:`on_message`."""
+        if obj.__class__ is not dict or "error" in obj:
+            return None
+        get = obj.get
+        done = get("done")
+        if done is not None and done is not False:
+            return None
+        model = get("model")
+        if model.__class__ is str and model and model != self._model:
+            return None
+        if "message" in obj:
+            source = obj["message"]
+            if source.__class__ is not dict:
+                return None
+            text = source.get("content")
+        else:
+            source = obj
+            text = get("response")
+        if source.get("thinking") is not None or source.get("tool_calls") is not None:
+            return None
+        if text.__class__ is str:
+            return (TEXT_BLOCK, "text", text) if text else ()
+        return None if text is not None else ()
 
     def _model_event(self, obj: dict[str, Any], out: Out) -> None:
         model = obj.get("model")

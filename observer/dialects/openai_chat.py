@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from observer.dialects._openai_common import (
+    INT64_MAX,
     arguments,
     call_id,
     count,
@@ -56,6 +57,7 @@ from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import JSONFrame
 
 V = ViolationKind
+_PLAIN_DELTA_KEYS = frozenset({"content", "role"})
 REUSED_TOOL_INDEX = "reused_tool_index"  # not yet in ViolationKind
 
 STOP_REASONS = {
@@ -189,12 +191,28 @@ class OpenAIChatAdapter(AdapterBase):
         obj = load_object(data, out, "chat completion chunk")
         if obj is None:
             return out
+        return self.on_object(message, obj)
+
+    def on_object(self, message: Message, obj: Any) -> list[CanonicalEvent | Violation]:
+        """``on_message(message)`` for a message whose data already parsed as JSON to ``obj``
+        (any JSON value): the same events and violations, without parsing again."""
+        if obj.__class__ is not dict:
+            return [Violation(V.INVALID_EVENT, None, "chat completion chunk: data is not a JSON object")]
+        whole = isinstance(message, JSONFrame)
+        if not whole:
+            hit = self.fast(b"", obj)
+            if hit is not None:
+                if not hit:
+                    return []
+                if len(hit) == 3:
+                    return [ContentDelta(None, hit[0], hit[2], hit[1])]
+                return [ToolCallDelta(*hit)]
+        out: list[CanonicalEvent | Violation] = []
         self._identity(obj, out)
         if "error" in obj and obj["error"] is not None:
             out.append(error_event(None, obj["error"]))
         elif obj.get("object") == "error":
             out.append(error_event(None, obj))
-        whole = isinstance(message, JSONFrame)
         choices = obj.get("choices")
         if isinstance(choices, list):
             for choice in choices:
@@ -215,6 +233,73 @@ class OpenAIChatAdapter(AdapterBase):
         if whole:
             out.append(StreamEnd(None))
         return out
+
+    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+        """The fast lane (``StreamAdapter.fast``) for the bulk of a stream: a streamed chunk
+        whose only news is choice ``c``'s text (one choice, delta keys within
+        ``content``/``role``, no finish reason, usage, error or model change) gives ``(c,
+        "text", content)``, or ``()`` when its content is empty/null (no event); one whose only
+        news is an argument fragment of an open tool call gives the ``ToolCallDelta`` fields
+        (``_fast_fragment``); anything else ``None`` (the general mapping runs). Same result as
+        :meth:`on_message`."""
+        # Subscripts inside one try: a non-dict ``obj``/``choice``, ``choices`` not exactly one
+        # element, a missing key all raise (TypeError/ValueError/KeyError): general mapping.
+        try:
+            (choice,) = obj["choices"]
+            delta = choice["delta"]
+        except (KeyError, TypeError, ValueError):
+            return None
+        if delta.__class__ is not dict or obj.__class__ is not dict or not self._started:
+            return None
+        get = obj.get
+        model = get("model")
+        if (model != self._model and model is not None and model != "") or get("error") is not None:
+            return None
+        if get("usage") is not None or "x_groq" in obj or get("object") == "error":
+            return None
+        if choice.get("finish_reason") is not None:
+            return None
+        c = choice.get("index")
+        if c.__class__ is not int or c < 0 or c > INT64_MAX:
+            return None
+        if len(delta) == 1:
+            content = delta.get("content")
+            if content.__class__ is str:  # the commonest chunk of all: {"content": "..."}
+                return (c, "text", content) if content else ()
+            if "tool_calls" in delta:
+                return self._fast_fragment(c, delta["tool_calls"])
+        for key in delta:
+            if key not in _PLAIN_DELTA_KEYS:
+                return None
+        content = delta.get("content")
+        if content.__class__ is str:
+            return (c, "text", content) if content else ()
+        return None if content is not None else ()
+
+    def _fast_fragment(self, c: int, calls: Any) -> tuple[None, str, int, None, None, str] | None:
+        """The fast lane for a delta that only continues an open tool call: one
+        ``tool_calls`` fragment with a valid ``index``, no ``id``, a ``function`` with string
+        ``arguments`` and no ``name``: ``ToolCallDelta`` fields as ``_fragment`` makes them,
+        else ``None``."""
+        if calls.__class__ is not list or len(calls) != 1:
+            return None
+        call = calls[0]
+        if call.__class__ is not dict or call.get("id") is not None:
+            return None
+        index = call.get("index")
+        if index.__class__ is not int or index < 0 or index > INT64_MAX:
+            return None
+        function = call.get("function")
+        if function.__class__ is not dict or function.get("name") is not None:
+            return None
+        args = function.get("arguments")
+        if args.__class__ is not str:
+            return None
+        open_call = self._calls.get((c, index))
+        if open_call is None:
+            return None
+        self._modern_choices.add(c)
+        return (None, open_call.key, index, None, None, args)
 
     def _identity(self, obj: dict[str, Any], out: list[Any]) -> None:
         rid, model = text(obj.get("id")), text(obj.get("model"))

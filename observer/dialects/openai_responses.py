@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observer.dialects._openai_common import (
+    INT64_MAX,
     SequenceCheck,
     arguments,
     call_id,
@@ -189,6 +190,62 @@ class OpenAIResponsesAdapter(AdapterBase):
         if obj is None:
             self._seq.lost()
             return out
+        return self._object(message, obj, out)
+
+    def on_object(self, message: Message, obj: Any) -> list[CanonicalEvent | Violation]:
+        """``on_message(message)`` for a message whose data already parsed as JSON to ``obj``
+        (any JSON value): the same events and violations, without parsing again."""
+        out: list[CanonicalEvent | Violation] = []
+        if obj.__class__ is not dict:
+            out.append(Violation(V.INVALID_EVENT, None, f"event {message.event or 'message'!r}: data is not a JSON object"))
+            self._seq.lost()
+            return out
+        return self._object(message, obj, out)
+
+    def fast(self, event: bytes | None, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+        """The fast lane (``StreamAdapter.fast``): a ``response.output_text.delta`` (no SSE
+        ``event`` or the same name) with an acceptable ``sequence_number`` and a string
+        ``delta`` gives ``(block, "text", delta)``, or ``()`` when the delta is empty (no
+        event); an argument delta (``function_call_arguments``/``custom_tool_call_input``) of
+        an open call gives the ``ToolCallDelta`` fields; each after the same state update as
+        :meth:`on_message`. Anything else ``None`` (nothing changed: the general mapping runs)."""
+        if obj.__class__ is not dict:
+            return None
+        etype = obj.get("type")
+        if etype == "response.output_text.delta":
+            if event and event != b"response.output_text.delta":
+                return None
+            delta = obj.get("delta")
+            if delta.__class__ is not str or not self._seq.advance(obj.get("sequence_number")):
+                return None
+            where = obj.get("output_index")
+            if where.__class__ is not int or where < 0 or where > INT64_MAX:
+                where = obj.get("item_id")  # what _where gives
+            key = ("text", where, obj.get("content_index"))
+            self._filled.add(key)
+            if not delta:
+                return ()
+            index = self._blocks.get(key)
+            return (self._block(key) if index is None else index, "text", delta)
+        if etype in _CALL_DELTAS:
+            # An argument fragment of a call already open (else the general path opens it).
+            if event and event != _CALL_DELTAS[etype]:
+                return None
+            delta = obj.get("delta")
+            if delta.__class__ is not str:
+                return None
+            item_id = obj.get("item_id")
+            call = self._find_call(text(item_id), _index(obj.get("output_index")))
+            if call is None:
+                return None
+            seq = obj.get("sequence_number")
+            if not self._seq.advance(seq):
+                return None
+            call.has_arguments = True
+            return (seq, call.key, call.index, None, None, delta)
+        return None
+
+    def _object(self, message: Message, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> list[CanonicalEvent | Violation]:
         if isinstance(message, JSONFrame):
             self._whole(obj, out)
             return out
@@ -391,6 +448,12 @@ def _where(obj: dict[str, Any]) -> Any:
     index = _index(obj.get("output_index"))
     return index if index is not None else obj.get("item_id")
 
+
+# Argument-fragment event types -> their SSE event name as bytes (the fast lane compares bytes).
+_CALL_DELTAS = {
+    "response.function_call_arguments.delta": b"response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta": b"response.custom_tool_call_input.delta",
+}
 
 _Handler = Callable[[OpenAIResponsesAdapter, dict[str, Any], int | None, list[Any]], None]
 _HANDLERS: dict[str, _Handler] = {

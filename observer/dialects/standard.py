@@ -175,6 +175,12 @@ class StandardAdapter(AdapterBase):
             self._skipped += 1
             out.append(Violation(V.INVALID_JSON, None, f"event {event.event or 'message'!r}: {exc}"))
             return out
+        return self.on_object(event, obj)
+
+    def on_object(self, event: Message, obj: Any) -> list[CanonicalEvent | Violation]:
+        """``on_message(event)`` for an event whose data already parsed as JSON to ``obj``
+        (any JSON value): the same events and violations, without parsing again."""
+        out: list[CanonicalEvent | Violation] = []
         if not isinstance(obj, dict):
             self._skipped += 1
             out.append(Violation(V.INVALID_EVENT, None, "event data is not a JSON object"))
@@ -202,6 +208,34 @@ class StandardAdapter(AdapterBase):
         if mapper is not None:
             mapper(obj, seq, out)
         return out
+
+    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | None:
+        """The fast lane for the bulk of a stream (``StreamAdapter.fast``): a ``content.delta``
+        whose envelope is exactly as expected (SSE ``event`` equal to its ``type``, ``v`` 1.0,
+        ``seq`` the previous one + 1, valid ``index`` and ``delta.text``) gives ``(index,
+        "text", text)`` after the same state update as :meth:`on_message`; anything else
+        ``None`` (nothing changed: the general mapping runs)."""
+        if event != b"content.delta" or obj.__class__ is not dict or self._first:
+            return None
+        get = obj.get
+        if get("type") != "content.delta" or get("v") != SUPPORTED_VERSION:
+            return None
+        seq = get("seq")
+        last = self._last_seq
+        if seq.__class__ is not int or last is None or seq != last + 1 or seq > SEQ_SAFE_MAX:
+            return None
+        index = get("index")
+        if index.__class__ is not int or index < 0 or index > INT64_MAX:
+            return None
+        delta = get("delta")
+        if delta.__class__ is not dict:
+            return None
+        text = delta.get("text")
+        if text.__class__ is not str:
+            return None
+        self._last_seq = seq
+        self._skipped = 0
+        return (index, "text", text)
 
     def _check_seq(self, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> int | None:
         seq = obj.get("seq")

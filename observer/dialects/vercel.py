@@ -275,6 +275,51 @@ class VercelUIAdapter(AdapterBase):
         obj = _json_object(data, "UI message chunk", out)
         if obj is None:
             return out
+        return self._sse_object(obj, out)
+
+    def on_object(self, message: Message, obj: Any) -> Out:
+        """``on_message(message)`` for a message whose data already parsed as JSON to ``obj``
+        (any JSON value): the same events and violations, without parsing again (v4 lines,
+        ``JSONFrame``, are not JSON texts: they go through :meth:`on_message`)."""
+        if isinstance(message, JSONFrame):
+            return self.on_message(message)
+        out: Out = []
+        if not isinstance(obj, dict):
+            out.append(Violation(V.INVALID_EVENT, None, "UI message chunk is not a JSON object"))
+            return out
+        return self._sse_object(obj, out)
+
+    def fast(self, event: bytes | None, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+        """The fast lane (``StreamAdapter.fast``, v5 SSE only: ``event`` is ``None`` for v4
+        lines): a ``text-delta``/``reasoning-delta`` chunk with string ``id`` and ``delta``
+        gives ``(block, kind, delta)``, or ``()`` for an empty delta (no event); a
+        ``tool-input-delta`` with string ``toolCallId`` and ``inputTextDelta`` gives the
+        ``ToolCallDelta`` fields; anything else ``None`` (the general mapping runs). Same result
+        as :meth:`on_message`."""
+        if event is None or obj.__class__ is not dict:
+            return None
+        ptype = obj.get("type")
+        if ptype == "text-delta":
+            kind = "text"
+        elif ptype == "reasoning-delta":
+            kind = "reasoning"
+        elif ptype == "tool-input-delta":
+            call_id = obj.get("toolCallId")
+            value = obj.get("inputTextDelta")
+            if call_id.__class__ is not str or value.__class__ is not str:
+                return None
+            call = self._call(call_id)
+            call.has_input = True
+            return (None, call_id, call.index, call_id, None, value)
+        else:
+            return None
+        wire_id = obj.get("id")
+        delta = obj.get("delta")
+        if wire_id.__class__ is not str or delta.__class__ is not str:
+            return None
+        return (self._block(kind, wire_id), kind, delta) if delta else ()
+
+    def _sse_object(self, obj: dict[str, Any], out: Out) -> Out:
         ptype = obj.get("type")
         if not isinstance(ptype, str):
             out.append(Violation(V.INVALID_EVENT, None, "UI message chunk without a string type"))

@@ -14,13 +14,19 @@ class LeadingBOM:
     """Strips one BOM at the start of a byte stream: ``feed`` returns the data with it removed,
     holding up to 2 bytes (returning ``b""``) while they could still begin one; ``flush`` at end
     of stream returns held bytes that turned out to be content. ``stripped`` says whether a BOM
-    was removed; ``held_bytes`` how many bytes are held (for buffer accounting)."""
+    was removed; ``held_bytes`` how many bytes are held (for buffer accounting); ``settled`` whether
+the question is decided (then ``feed`` is the identity)."""
 
     __slots__ = ("_held", "stripped")
 
     def __init__(self) -> None:
         self._held: bytes | None = b""
         self.stripped = False
+
+    @property
+    def settled(self) -> bool:
+        """True once the first bytes decided the BOM question: ``feed`` then returns its input."""
+        return self._held is None
 
     @property
     def held_bytes(self) -> int:

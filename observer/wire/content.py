@@ -244,6 +244,7 @@ class _Identity:
     """``identity``: no transformation (RFC 9110 §8.4.1)."""
 
     __slots__ = ("complete",)
+    identity = True  # output is input: a caller may skip ``feed`` (nothing to count or refuse)
 
     def __init__(self) -> None:
         self.complete = True
@@ -256,9 +257,18 @@ class _Identity:
 
 
 class _LimitedIdentity(_Base):
-    """``identity`` with limits: the output is the input, counted against the budget."""
+    """``identity`` with limits: the output is the input, counted against the budget.
+
+    ``identity`` is True without ``max_output_bytes``: the output never exceeds ``max_ratio`` x
+    the input, so only that limit could refuse bytes; without it callers may skip ``feed``."""
 
     __slots__ = ()
+
+    @property
+    def identity(self) -> bool:
+        """True when ``feed`` can never refuse (no ``max_output_bytes``): it may be skipped."""
+        assert self._meter is not None
+        return self._meter.max_output is None
 
     def __init__(self, meter: _Meter) -> None:
         super().__init__("identity", meter)

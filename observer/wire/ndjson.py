@@ -57,6 +57,7 @@ from observer.wire.frames import JSONFrame
 __all__ = ["NDJSONDecoder"]
 
 _CR = 0x0D
+_LF = 0x0A
 # RFC 8259 §2 insignificant whitespace minus LF (LF cannot occur inside a line).
 _JSON_WS = b" \t\r"
 
@@ -75,9 +76,15 @@ class NDJSONDecoder:
     Cost: each input byte is searched once by C code (``bytes.find``/``bytes.split``) when its
     chunk arrives; the bytes of an incomplete line are appended to a ``bytearray`` and never
     rescanned (a 300 KB line fed in 16 KB pieces costs O(300 KB)); Python work is per line.
+
+    ``sink`` (optional, default ``None``): called for each non-blank line about to be framed as
+    ``sink(None, body, size_bytes, None, None, out)`` (``body`` the undecoded line without its line
+    end, ``out`` the list this call will return); ``True`` means the consumer took the line (it
+    must first consume and clear ``out``), ``False`` frames it as usual. Same contract as
+    ``observer.wire.sse.SSEDecoder.sink``.
     """
 
-    __slots__ = ("_max", "_closed", "_bom", "_partial", "_skipping")
+    __slots__ = ("_max", "_closed", "_bom", "_partial", "_skipping", "sink", "_bom_open")
 
     def __init__(self, max_line_bytes: int = 1 << 20) -> None:
         """Raises ``ValueError`` if ``max_line_bytes`` is not a positive int."""
@@ -92,6 +99,17 @@ class NDJSONDecoder:
         self._partial = bytearray()
         # Oversize recovery: dropping input up to the next LF.
         self._skipping = False
+        # Optional consumer hook (see the class docstring); None: every frame goes to ``out``.
+        self.sink = None
+        self._bom_open = True  # until the leading-BOM question is settled
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is held (leading-BOM question settled, no partial line, not
+        skipping, not closed): a chunk that is exactly one complete line is then handled exactly
+        as the feed shortcut handles it, and handling it leaves this state unchanged. For
+        ``observer.tap``'s one-line-chunk lane."""
+        return not (self._bom_open or self._partial or self._skipping or self._closed)
 
     @property
     def buffered_bytes(self) -> int:
@@ -109,9 +127,29 @@ class NDJSONDecoder:
         if not isinstance(data, bytes):
             data = bytes(data)
         out: list[JSONFrame | Violation] = []
-        data = self._bom.feed(data)  # strip exactly one leading BOM
-        if data:
-            self._consume(data, out)
+        if self._bom_open:
+            data = self._bom.feed(data)  # strip exactly one leading BOM
+            self._bom_open = not self._bom.settled
+            if not data:
+                return out
+        n = len(data)
+        if not n:
+            return out
+        if (
+            data[-1] == _LF
+            and data.find(b"\n") == n - 1
+            and n <= self._max
+            and not self._partial
+            and not self._skipping
+        ):
+            # The usual chunk: exactly one whole line (what _consume does with it, inline).
+            body = data[:-2] if n > 1 and data[-2] == _CR else data[:-1]
+            if body and body.strip(_JSON_WS):
+                sink = self.sink
+                if sink is None or not sink(None, body, n, None, None, out):
+                    self._frame(body, n, out)
+            return out
+        self._consume(data, out)
         return out
 
     def close(self) -> list[JSONFrame | Violation]:
@@ -181,7 +219,8 @@ class NDJSONDecoder:
             if len(partial) + len(first) + 1 > self._max:
                 lines[0] = None  # type: ignore[call-overload]  # oversize: reported below
             else:
-                lines[0] = bytes(partial) + first
+                partial += first  # one copy of a long line, not two
+                lines[0] = bytes(partial)
             partial.clear()
         emit = self._emit
         limit = self._max
@@ -203,6 +242,12 @@ class NDJSONDecoder:
 
     def _emit(self, body: bytes, size: int, out: list[JSONFrame | Violation]) -> None:
         """Appends the frame for one line (``body`` without its line end; ``size`` on the wire)."""
+        sink = self.sink
+        if sink is None or not sink(None, body, size, None, None, out):
+            self._frame(body, size, out)
+
+    def _frame(self, body: bytes, size: int, out: list[JSONFrame | Violation]) -> None:
+        """Appends the ``JSONFrame`` of one line (and ``invalid_utf8`` if it needed replacing)."""
         try:
             out.append(JSONFrame(body.decode("utf-8"), size))
         except UnicodeDecodeError:

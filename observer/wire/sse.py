@@ -79,6 +79,33 @@ class SSEEvent:
     size_bytes: int
 
 
+def _event_factory():
+    """A constructor equal in effect to ``SSEEvent(event, data, id, retry, size_bytes)`` that
+    sets the slots directly: a frozen dataclass's ``__init__`` goes through
+    ``object.__setattr__`` per field, about twice the cost, once per event on the hot path."""
+    new = object.__new__
+    cls = SSEEvent
+    set_event = SSEEvent.event.__set__  # type: ignore[attr-defined]
+    set_data = SSEEvent.data.__set__  # type: ignore[attr-defined]
+    set_id = SSEEvent.id.__set__  # type: ignore[attr-defined]
+    set_retry = SSEEvent.retry.__set__  # type: ignore[attr-defined]
+    set_size = SSEEvent.size_bytes.__set__  # type: ignore[attr-defined]
+
+    def make(event: str, data: str, id: str | None, retry: int | None, size_bytes: int) -> SSEEvent:
+        ev = new(cls)
+        set_event(ev, event)
+        set_data(ev, data)
+        set_id(ev, id)
+        set_retry(ev, retry)
+        set_size(ev, size_bytes)
+        return ev
+
+    return make
+
+
+_new_event = _event_factory()
+
+
 class SSEDecoder:
     """Incremental ``text/event-stream`` decoder (WHATWG HTML §9.2.6).
 
@@ -89,7 +116,10 @@ class SSEDecoder:
     Cost: each input byte is scanned a small constant number of times, by C code
     (``in``, ``bytes.split``/``splitlines``), when its chunk arrives; the bytes of an incomplete
     line are appended to a ``bytearray`` and never rescanned; Python work is per line, not per
-    byte.
+    byte. Shortcuts for the usual chunks (nothing pending and LF line ends: whole blocks split
+    on LF LF, one-data-line events handled inline; one CRLF data-line event; a pending block
+    finished line by line, then the whole blocks after it) give exactly the line-by-line
+    output, and a long line is copied once on its way to ``data``.
     """
 
     __slots__ = (
@@ -105,6 +135,8 @@ class SSEDecoder:
         "_skipping",
         "_skip_at_line_start",
         "_cr",
+        "sink",
+        "_bom_open",
     )
 
     def __init__(self, max_event_bytes: int = 1 << 20) -> None:
@@ -130,6 +162,24 @@ class SSEDecoder:
         self._skipping = False
         self._skip_at_line_start = True
         self._cr = _CR_NONE
+        # Optional consumer hook (see the class docstring); None: every event goes to ``out``.
+        self.sink = None
+        self._bom_open = True  # until the leading-BOM question is settled
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is held or in progress (leading-BOM question settled, no partial
+        line, no block begun, no CR pending, not skipping, not closed): a chunk that is exactly
+        one complete event is then handled exactly as the feed shortcut handles it, and handling
+        it leaves this state unchanged. For ``observer.tap``'s one-event-chunk lane."""
+        return not (
+            self._bom_open or self._size or self._partial or self._cr or self._skipping or self._closed
+        )
+
+    @property
+    def last_id(self) -> str | None:
+        """The WHATWG last event ID buffer (``id`` of the events dispatched next), or None."""
+        return self._last_id
 
     @property
     def buffered_bytes(self) -> int:
@@ -150,12 +200,79 @@ class SSEDecoder:
         if not isinstance(data, bytes):
             data = bytes(data)
         out: list[SSEEvent | Violation] = []
-        # WHATWG §9.2.5: the stream is decoded with "UTF-8 decode", which strips exactly one
-        # leading BOM; a later BOM is ordinary data (it becomes U+FEFF).
-        data = self._bom.feed(data)
-        if data:
-            self._consume(data, out)
+        if self._bom_open:
+            # WHATWG §9.2.5: the stream is decoded with "UTF-8 decode", which strips exactly one
+            # leading BOM; a later BOM is ordinary data (it becomes U+FEFF).
+            data = self._bom.feed(data)
+            self._bom_open = not self._bom.settled
+        if not data:
+            return out
+        if not self._size and not self._partial and not self._cr and not self._skipping:
+            # Nothing pending: whole-event chunks (the usual case) take a shortcut.
+            if data[-2:] == b"\n\n":
+                if _CR not in data:  # int membership: memchr (a bytes needle is ~20x slower)
+                    n = len(data)
+                    first = data.find(b"\n")
+                    if n <= self._max:
+                        # The commonest chunks of all, inline: one event of one data line,
+                        # unnamed or after one event line. One slice each; ONE space dropped.
+                        if first == n - 2 and data[:5] == b"data:":
+                            event = b""
+                            raw = data[6:-2] if data[5:6] == b" " else data[5:-2]
+                        elif (
+                            data[:6] == b"event:"
+                            and data[first + 1 : first + 6] == b"data:"
+                            and data.find(b"\n", first + 1) == n - 2
+                        ):
+                            event = data[7:first] if data[6:7] == b" " else data[6:first]
+                            raw = data[first + 7 : -2] if data[first + 6 : first + 7] == b" " else data[first + 6 : -2]
+                        else:
+                            self._blocks(data, out)
+                            return out
+                        sink = self.sink
+                        if sink is None or not sink(event, raw, n, self._last_id, None, out):
+                            self._emit_raw(raw, event, n, None, out)
+                        return out
+                    self._blocks(data, out)
+                    return out
+            elif _CR not in data:
+                self._blocks(data, out)  # ends inside a block: whole blocks first, then the tail
+                return out
+            elif (
+                data[-4:] == b"\r\n\r\n"
+                and data[:5] == b"data:"
+                and data.find(b"\r") == len(data) - 4
+                and data.find(b"\n") == len(data) - 3
+            ):
+                # One CRLF event of one data line (Google's streams).
+                self._one(data[6:-4] if data[5:6] == b" " else data[5:-4], b"", len(data), out)
+                return out
+        elif not self._cr and _CR not in data:
+            # A block is pending (a chunk boundary fell inside it): finish it line by line, then
+            # the whole blocks after it take the shortcut. The first LF LF ends a block: the
+            # line ending at its first LF is followed by a blank line.
+            end = data.find(b"\n\n") + 2
+            if end > 1 and end < len(data):
+                self._consume(data[:end], out)
+                if not self._size and not self._partial and not self._skipping:
+                    self._blocks(data[end:], out)
+                else:  # not reached (a blank line resets the block), kept total
+                    self._consume(data[end:], out)
+                return out
+        self._consume(data, out)
         return out
+
+    def _one(self, raw: bytes, event: bytes, size: int, out: list[SSEEvent | Violation]) -> None:
+        """Dispatches a whole single-data-line event found by a shortcut (``raw`` the value
+        after ``data:``, ``event`` after ``event:``, each without its one optional leading
+        space; ``size`` its bytes): what the line-by-line path does for it."""
+        if size > self._max:
+            # Rare: what the line-by-line path reports (one oversize_event, nothing pending).
+            self._oversize(out, line_complete=True, blank=True)
+            return
+        sink = self.sink
+        if sink is None or not sink(event, raw, size, self._last_id, None, out):
+            self._emit_raw(raw, event, size, None, out)
 
     def close(self) -> list[SSEEvent | Violation]:
         """Signals end of stream; returns what the end completed. Idempotent (then ``[]``).
@@ -228,15 +345,12 @@ class SSEDecoder:
             if not data:
                 return
         line = self._line
-        if b"\r" not in data:
+        if _CR not in data:
             # Fast path (the common case: LF-only streams): split once, no terminators to strip.
-            lines = data.split(b"\n")
-            tail = lines.pop()
-            if lines and self._partial:
-                lines[0] = bytes(self._partial) + lines[0]
-                self._partial.clear()
-            for body in lines:
-                line(body, len(body) + 1, out)
+            tail = self._split_lines(data, b"\n", out)
+        elif data[-1] != _CR and data.count(b"\r") == data.count(b"\r\n") == data.count(b"\n"):
+            # CRLF-only chunk not ending inside a CRLF (Google's streams): split on CRLF once.
+            tail = self._split_lines(data, b"\r\n", out)
         else:
             # General path. bytes.splitlines splits on LF, CR and CRLF only -- exactly WHATWG's
             # line ends (str.splitlines would also split on VT, FF, FS..RS, NEL, U+2028/9).
@@ -244,7 +358,8 @@ class SSEDecoder:
             last = lines[-1][-1]
             tail = b"" if last == _LF or last == _CR else lines.pop()
             if lines and self._partial:
-                lines[0] = bytes(self._partial) + lines[0]
+                self._partial += lines[0]  # one copy of a long line, not two
+                lines[0] = bytes(self._partial)
                 self._partial.clear()
             ends_with_cr = last == _CR
             final = len(lines) - 1
@@ -261,6 +376,128 @@ class SSEDecoder:
                 self._partial += tail
                 if self._size + len(self._partial) > self._max:
                     self._oversize(out, line_complete=False, blank=False)
+
+    def _blocks(self, data: bytes, out: list[SSEEvent | Violation]) -> None:
+        """Fast path for the common chunk: LF line ends only and nothing pending before it.
+        Complete blocks made only of ``data``/``event`` lines are dispatched straight from one
+        ``split`` on ``\\n\\n``; from the first block that is anything else (comments,
+        ``id``/``retry``, extra blank lines, oversize) the rest of the chunk, else just the
+        unfinished tail after the last blank line, goes through :meth:`_consume`, which sees
+        exactly the state it would have seen (every block before it was complete). Same output
+        as :meth:`_consume` alone."""
+        blocks = data.split(b"\n\n")
+        tail = blocks.pop()  # after the last LF LF: the start of the next block (maybe b"")
+        limit = self._max
+        emit = self._emit_raw
+        sink = self.sink
+        last_id = self._last_id  # no id line is handled here: constant for the loop
+        pos = 0
+        for block in blocks:
+            n = len(block) + 2
+            if not block or block[0] == _LF or n > limit:
+                break
+            first = block.find(b"\n")
+            if first < 0:
+                if block[:5] == b"data:":  # one data line
+                    raw = block[5:]
+                    if raw[:1] == b" ":
+                        raw = raw[1:]
+                    if sink is None or not sink(b"", raw, n, last_id, None, out):
+                        emit(raw, b"", n, None, out)
+                    pos += n
+                    continue
+            elif block[:6] == b"event:" and block[first + 1 : first + 6] == b"data:" and block.find(b"\n", first + 1) < 0:
+                event = block[6:first]  # an event line and one data line
+                if event[:1] == b" ":
+                    event = event[1:]
+                raw = block[first + 6 :]
+                if raw[:1] == b" ":
+                    raw = raw[1:]
+                if sink is None or not sink(event, raw, n, last_id, None, out):
+                    emit(raw, event, n, None, out)
+                pos += n
+                continue
+            event = b""
+            values = []
+            for line in block.split(b"\n"):
+                if line.startswith(b"data:"):
+                    value = line[5:]
+                    values.append(value[1:] if value[:1] == b" " else value)
+                elif line.startswith(b"event:"):
+                    value = line[6:]
+                    event = value[1:] if value[:1] == b" " else value
+                else:
+                    values = None
+                    break
+            if values is None:
+                break
+            if values:
+                emit(values[0] if len(values) == 1 else b"\n".join(values), event, n, None, out)
+            pos += n
+        else:
+            if tail:
+                self._consume(tail, out)
+            return
+        self._consume(data[pos:] if pos else data, out)
+
+    def _split_lines(self, data: bytes, sep: bytes, out: list[SSEEvent | Violation]) -> bytes:
+        """Processes the complete lines of ``data``, all ended by ``sep`` (LF, or CRLF with no
+        other CR or LF in ``data``), the first continuing the held partial line; returns the
+        unterminated tail."""
+        lines = data.split(sep)
+        tail = lines.pop()
+        if lines:
+            if self._partial:
+                self._partial += lines[0]  # one copy of a long line, not two
+                lines[0] = bytes(self._partial)
+                self._partial.clear()
+            self._lines(lines, len(sep), out)
+        return tail
+
+    def _lines(self, lines: list[bytes], term: int, out: list[SSEEvent | Violation]) -> None:
+        """Processes complete lines that all ended with a ``term``-byte terminator: the same
+        as calling :meth:`_line` on each, with ``data``/``event`` fields and blank lines (nearly
+        every line of a real stream) handled inline; anything else (other fields, comments,
+        oversize, skipping) goes through :meth:`_line`."""
+        line = self._line
+        size = self._size
+        limit = self._max
+        data = self._data
+        skipping = self._skipping
+        for body in lines:
+            n = len(body) + term
+            if skipping or size + n > limit:
+                self._size = size
+                line(body, n, out)
+                size = self._size
+                data = self._data
+                skipping = self._skipping
+                continue
+            size += n
+            if not body:
+                # WHATWG blank line: dispatch if the data buffer is non-empty; reset the block.
+                if data:
+                    self._size = size
+                    self._emit_event(out)
+                    data = self._data = []
+                self._event = b""
+                self._retry = None
+                size = 0
+                continue
+            if body.startswith(b"data:"):
+                # One slice (a 300 KB line is copied once): drop ONE leading space if present.
+                data.append(body[6:] if body[5:6] == b" " else body[5:])
+                continue
+            if body.startswith(b"event:"):
+                value = body[6:]
+                if value[:1] == b" ":
+                    value = value[1:]
+                self._event = value
+                continue
+            # Comments, id, retry, unknown fields: size already counted.
+            self._size = size
+            line(body, 0, out)
+        self._size = size
 
     def _line_before_lf(self, body: bytes, n: int, out: list[SSEEvent | Violation]) -> None:
         """Handles a line whose CR terminator is the last byte fed so far (an LF may follow)."""
@@ -347,14 +584,20 @@ class SSEDecoder:
         # i.e. the values joined by LF. WHATWG decodes with replacement (U+FFFD); the record
         # also says so, because a replaced byte means the text on record is not what was sent.
         data = self._data
-        raw = data[0] if len(data) == 1 else b"\n".join(data)
+        self._emit_raw(data[0] if len(data) == 1 else b"\n".join(data), self._event, self._size, self._retry, out)
+
+    def _emit_raw(self, raw: bytes, event: bytes, size: int, retry: int | None, out: list[SSEEvent | Violation]) -> None:
+        """Dispatches one event: data ``raw`` and type ``event`` undecoded, ``size`` bytes on the
+        wire, ``retry`` set by its block (offered to ``sink`` first)."""
+        sink = self.sink
+        if sink is not None and sink(event, raw, size, self._last_id, retry, out):
+            return
         bad = False
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             text = raw.decode("utf-8", "replace")
             bad = True
-        event = self._event
         if event:
             try:
                 event_text = event.decode("utf-8")
@@ -363,7 +606,7 @@ class SSEDecoder:
                 bad = True
         else:
             event_text = ""
-        out.append(SSEEvent(event=event_text, data=text, id=self._last_id, retry=self._retry, size_bytes=self._size))
+        out.append(_new_event(event_text, text, self._last_id, retry, size))
         if bad:
             out.append(
                 Violation(kind=ViolationKind.INVALID_UTF8, seq=None, detail="invalid UTF-8 replaced by U+FFFD")

@@ -1,0 +1,529 @@
+"""The tap's fast lanes (``StreamAdapter.fast``/``on_object`` through the framer's ``sink``)
+give exactly the record of the general path (every message built, decoded and mapped by
+``on_message``), whatever the chunking, the limits and the noise mixed into the stream.
+
+The general path is forced by removing the framer's sink (``StreamObserver._framer.sink``) and
+feeding through the content decoder: what the tap did before the fast lanes existed."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from observer.dialects.base import RequestView
+from observer.dialects.registry import default_registry
+from observer.limits import Limits
+from observer.reassembly import EndCause
+from observer.records import Exchange
+from observer.tap import StreamObserver
+from tests.wirefeed import cases, dialect_dirs, load, split_at
+
+T0 = 1_749_292_800.0
+
+
+def _observe(case_like: dict[str, Any], chunks: list[bytes], *, general: bool, limits: Limits) -> dict[str, Any]:
+    dialect = default_registry().get(case_like["dialect"])
+    headers = {"content-type": "application/json", **{k.lower(): v for k, v in case_like["headers"].items()}}
+    view = RequestView("POST", "127.0.0.1", case_like["path"], headers)
+    facts, violations = dialect.parse_request(case_like["request"], view)
+    ex = Exchange(
+        id="t", dialect=dialect.name, host="127.0.0.1", path=case_like["path"], method="POST",
+        http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=200,
+        request=facts, violations=list(violations),
+    )  # fmt: skip
+    obs = StreamObserver(
+        dialect, ex, view=view, status_code=case_like.get("status", 200), content_type=case_like["content_type"],
+        content_encoding=case_like.get("content_encoding"), limits=limits,
+    )  # fmt: skip
+    if general:
+        if hasattr(obs._framer, "sink"):
+            obs._framer.sink = None
+        obs._identity = False
+    t = T0
+    for chunk in chunks:
+        t += 0.01
+        obs.feed(chunk, t)
+    return obs.finish(case_like.get("end", EndCause.EOF), now_s=t + 0.01).to_dict()
+
+
+def _case_like(dialect: str, name: str) -> dict[str, Any]:
+    c = load(dialect, name)
+    return {
+        "dialect": dialect, "path": c.path, "headers": c.request_headers, "request": c.request,
+        "content_type": c.content_type, "content_encoding": c.content_encoding, "status": c.status, "end": c.end,
+    }  # fmt: skip
+
+
+FIXTURE_CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
+
+
+@pytest.mark.parametrize(("dialect", "case"), FIXTURE_CASES, ids=[f"{d}/{c}" for d, c in FIXTURE_CASES])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(points=st.lists(st.integers(min_value=0, max_value=6000), max_size=30))
+def test_fixture_fast_equals_general(dialect, case, points):
+    """Every wire fixture, in any chunking: the record with the fast lanes equals the record of
+    the general path, byte for byte (timings, events count, violations in order)."""
+    c = load(dialect, case)
+    like = _case_like(dialect, case)
+    chunks = split_at(c.body, points)
+    limits = Limits()
+    assert _observe(like, chunks, general=False, limits=limits) == _observe(like, chunks, general=True, limits=limits)
+
+
+# -- generated token streams -------------------------------------------------------------------
+
+
+def _streaming_case(dialect: str, content_type: str) -> dict[str, Any]:
+    """Request, path and headers of a fixture of ``dialect`` streamed as ``content_type``."""
+    for name in cases(dialect):
+        c = load(dialect, name)
+        if c.content_type == content_type and c.status == 200 and c.content_encoding is None and c.request:
+            like = _case_like(dialect, name)
+            like["content_encoding"] = None
+            like["end"] = EndCause.EOF
+            return like
+    raise AssertionError(f"no streaming fixture for {dialect}")
+
+
+def _sse(obj: Any, event: str | None = None, nl: str = "\n") -> bytes:
+    data = obj if isinstance(obj, bytes) else orjson.dumps(obj)
+    head = f"event: {event}{nl}".encode() if event else b""
+    return head + b"data: " + data + (nl + nl).encode()
+
+
+def _std(ops: list[tuple[str, Any]]) -> bytes:
+    out = [_sse({"v": "1.0", "seq": 0, "type": "stream.start", "model": "m", "request_id": "r"}, "stream.start")]
+    seq = 1
+    for kind, val in ops:
+        if kind in ("delta", "frag"):
+            out.append(_sse({"v": "1.0", "seq": seq, "type": "content.delta", "index": 0, "delta": {"text": val}},
+                            "content.delta"))  # fmt: skip
+        elif val == 0:
+            seq += 1  # a gap
+        elif val == 1:
+            out.append(_sse({"v": "1.0", "seq": seq, "type": "content.delta", "index": 2, "delta": {"text": "x"}},
+                            "message"))  # fmt: skip
+        elif val == 2:
+            out.append(_sse({"v": "2.0", "seq": seq, "type": "content.delta", "index": 1, "delta": {"text": "y"}},
+                            "content.delta"))  # fmt: skip
+        elif val == 3:
+            out.append(b'event: content.delta\ndata: {"v":"1.0","seq":' + str(seq).encode() + b',"x":"\xff"}\n\n')
+        elif val == 4:
+            out.append(_sse({"v": "1.0", "seq": seq - 1, "type": "content.delta", "index": 0, "delta": {"text": "r"}},
+                            "content.delta"))  # fmt: skip
+        else:
+            out.append(b"event: content.delta\ndata: {not json\n\n")
+        seq += 1
+    out.append(_sse({"v": "1.0", "seq": seq, "type": "stream.end"}, "stream.end"))
+    return b"".join(out)
+
+
+def _chat(ops: list[tuple[str, Any]]) -> bytes:
+    head = {"id": "c1", "object": "chat.completion.chunk", "model": "gpt"}
+
+    def chunk(delta: dict[str, Any], **kw: Any) -> bytes:
+        return _sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}], **kw})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    for kind, val in ops:
+        if kind == "delta":
+            out.append(chunk({"content": val}))
+        elif kind == "frag":
+            out.append(chunk({"tool_calls": [{"index": len(val) % 2, "function": {"arguments": val}}]}))
+        elif val == 6:
+            out.append(chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                                              "function": {"name": "get_weather", "arguments": ""}}]}))  # fmt: skip
+        elif val == 7:
+            out.append(chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "x", "arguments": "{"}}]}))
+        elif val == 0:
+            out.append(chunk({"reasoning_content": "think"}))
+        elif val == 1:
+            out.append(_sse({**head, "model": "gpt-2", "choices": [{"index": 0, "delta": {"content": "m"}}]}))
+        elif val == 2:
+            out.append(chunk({"content": None}))
+        elif val == 3:
+            out.append(b'data: {"choices":[{"index":0,"delta":{"content":"\xff"}}]}\n\n')
+        elif val == 4:
+            out.append(_sse({**head, "choices": [{"index": 1, "delta": {"content": "b"}}, {"index": 0, "delta": {}}]}))
+        else:
+            out.append(b"data: [1, 2]\n\n")
+    out.append(_sse({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    out.append(_sse({**head, "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def _anthropic(ops: list[tuple[str, Any]]) -> bytes:
+    out = [
+        _sse({"type": "message_start", "message": {"id": "msg", "model": "claude", "usage": {"input_tokens": 1}}},
+             "message_start"),
+        _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+             "content_block_start"),
+    ]  # fmt: skip
+    for kind, val in ops:
+        if kind == "delta":
+            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": val}},
+                            "content_block_delta"))  # fmt: skip
+        elif kind == "frag":
+            out.append(_sse({"type": "content_block_delta", "index": 1 + len(val) % 2,
+                             "delta": {"type": "input_json_delta", "partial_json": val}}, "content_block_delta"))  # fmt: skip
+        elif val == 6:
+            out.append(_sse({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use",
+                             "id": "toolu_1", "name": "get_weather", "input": {}}}, "content_block_start"))  # fmt: skip
+        elif val == 7:
+            out.append(_sse({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+                            "content_block_start"))  # fmt: skip
+        elif val == 0:
+            out.append(_sse({"type": "ping"}, "ping"))
+        elif val == 1:
+            out.append(_sse({"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "u"}},
+                            "content_block_delta"))  # fmt: skip
+        elif val == 2:
+            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "n"}},
+                            "content_block_stop"))  # fmt: skip
+        elif val == 3:
+            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta",
+                             "thinking": "t"}}))  # fmt: skip
+        elif val == 4:
+            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 5}}))
+        else:
+            out.append(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":'
+                       b'{"type":"text_delta","text":"\xc3"}}\n\n')  # fmt: skip
+    out.append(_sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    out.append(_sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
+                    "message_delta"))  # fmt: skip
+    out.append(_sse({"type": "message_stop"}, "message_stop"))
+    return b"".join(out)
+
+
+def _gemini(ops: list[tuple[str, Any]]) -> bytes:
+    def chunk(parts: list[Any], **kw: Any) -> bytes:
+        return _sse({"candidates": [{"content": {"role": "model", "parts": parts}, **kw}],
+                     "usageMetadata": {"trafficType": "ON_DEMAND"}, "modelVersion": "g1"}, nl="\r\n")  # fmt: skip
+
+    out = []
+    for kind, val in ops:
+        if kind in ("delta", "frag"):
+            out.append(chunk([{"text": val}]))
+        elif val == 0:
+            out.append(chunk([{"text": "th", "thought": True}]))
+        elif val == 1:
+            out.append(_sse({"candidates": [{"content": {"parts": [{"text": "u"}]}}],
+                             "usageMetadata": {"promptTokenCount": 4}}, nl="\r\n"))  # fmt: skip
+        elif val == 2:
+            out.append(_sse({"candidates": [{"content": {"parts": [{"text": "v"}]}}], "modelVersion": "g2"}, nl="\r\n"))
+        elif val == 3:
+            out.append(chunk([{"text": "a"}, {"text": "b"}]))
+        elif val == 4:
+            out.append(_sse({"candidates": [{"index": 1, "content": {"parts": [{"text": "c1"}]}}]}, nl="\r\n"))
+        else:
+            out.append(b"data: [DONE]\r\n\r\n")
+    out.append(chunk([{"text": ""}], finishReason="STOP"))
+    return b"".join(out)
+
+
+def _responses(ops: list[tuple[str, Any]]) -> bytes:
+    seq = 0
+
+    def ev(obj: dict[str, Any], *, seq_on: bool = True) -> bytes:
+        nonlocal seq
+        if seq_on:
+            obj = {**obj, "sequence_number": seq}
+        seq += 1
+        return _sse(obj, obj["type"])
+
+    resp = {"id": "resp_1", "object": "response", "model": "gpt-5", "status": "in_progress", "output": []}
+    out = [ev({"type": "response.created", "response": resp})]
+    base = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
+    for kind, val in ops:
+        if kind == "delta":
+            out.append(ev({**base, "delta": val}))
+        elif kind == "frag":
+            out.append(ev({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 1,
+                           "delta": val}))  # fmt: skip
+        elif val == 6:
+            out.append(ev({"type": "response.output_item.added", "output_index": 1, "item": {"type": "function_call",
+                           "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": ""}}))  # fmt: skip
+        elif val == 7:
+            out.append(ev({"type": "response.function_call_arguments.delta", "item_id": "fc_9", "delta": "z"}))
+        elif val == 0:
+            seq += 1  # a gap
+        elif val == 1:
+            out.append(ev({**base, "delta": "n"}, seq_on=False))
+        elif val == 2:
+            out.append(ev({**base, "output_index": 1, "delta": "o"}))
+        elif val == 3:
+            out.append(_sse({**base, "delta": "x", "sequence_number": seq}, "response.refusal.delta"))
+            seq += 1
+        elif val == 4:
+            out.append(ev({**base, "content_index": 1, "delta": "p", "sequence_number": max(seq - 2, 0)}, seq_on=False))
+        else:
+            out.append(ev({"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0,
+                           "content_index": 0, "text": "whole"}))  # fmt: skip
+    out.append(ev({"type": "response.completed", "response": {**resp, "status": "completed",
+                   "usage": {"input_tokens": 1, "output_tokens": 2}}}))  # fmt: skip
+    return b"".join(out)
+
+
+def _vercel(ops: list[tuple[str, Any]]) -> bytes:
+    out = [_sse({"type": "start", "messageId": "m1"}), _sse({"type": "text-start", "id": "t0"})]
+    for kind, val in ops:
+        if kind == "delta":
+            out.append(_sse({"type": "text-delta", "id": "t0", "delta": val}))
+        elif kind == "frag":
+            out.append(_sse({"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": val}))
+        elif val == 6:
+            out.append(_sse({"type": "tool-input-start", "toolCallId": "c1", "toolName": "get_weather"}))
+        elif val == 7:
+            out.append(_sse({"type": "tool-input-delta", "toolCallId": 5, "inputTextDelta": "q"}))
+        elif val == 0:
+            out.append(_sse({"type": "reasoning-delta", "id": "r0", "delta": "why"}))
+        elif val == 1:
+            out.append(_sse({"type": "text-delta", "id": "t1", "delta": "new"}))
+        elif val == 2:
+            out.append(_sse({"type": "text-delta", "id": 3, "delta": "bad"}))
+        elif val == 3:
+            out.append(_sse({"type": "text-start", "id": "t0"}))
+        elif val == 4:
+            out.append(_sse({"type": "text-delta", "id": "t0", "delta": "d"}, "custom"))
+        else:
+            out.append(b'data: {"type":"text-delta","id":"t0","delta":"\xe2\x82"}\n\n')
+    out.append(_sse({"type": "finish"}))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def _ollama(ops: list[tuple[str, Any]]) -> bytes:
+    def line(obj: Any) -> bytes:
+        return orjson.dumps(obj) + b"\n"
+
+    out = []
+    for kind, val in ops:
+        if kind in ("delta", "frag"):
+            out.append(line({"model": "llama", "message": {"role": "assistant", "content": val}, "done": False}))
+        elif val == 0:
+            out.append(line({"model": "llama", "message": {"role": "assistant", "content": "", "thinking": "h"}}))
+        elif val == 1:
+            out.append(line({"model": "llama2", "message": {"role": "assistant", "content": "m"}, "done": False}))
+        elif val == 2:
+            out.append(line({"model": "llama", "message": {"content": 7}, "done": False}))
+        elif val == 3:
+            out.append(b'{"model":"llama","message":{"content":"\xf0\x9f"},"done":false}\n')
+        elif val == 4:
+            out.append(line({"model": "llama", "message": {"content": "d"}, "done": "no"}))
+        else:
+            out.append(b"\r\n  \n{broken\n")
+    out.append(line({"model": "llama", "message": {"role": "assistant", "content": ""}, "done": True,
+                     "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 4}))  # fmt: skip
+    return b"".join(out)
+
+
+GENERATED = {
+    "llm-stream-1.0": (_std, "text/event-stream"),
+    "openai.chat": (_chat, "text/event-stream"),
+    "anthropic.messages": (_anthropic, "text/event-stream"),
+    "gemini": (_gemini, "text/event-stream"),
+    "openai.responses": (_responses, "text/event-stream"),
+    "vercel.ui": (_vercel, "text/event-stream"),
+    "ollama": (_ollama, "application/x-ndjson"),
+}
+
+_texts = st.text(alphabet=st.sampled_from(list("ab \n\t\"\\é日🙂\x00")), max_size=6)
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("delta"), _texts),
+        st.tuples(st.just("frag"), _texts),
+        st.tuples(st.just("noise"), st.integers(min_value=0, max_value=7)),
+    ),
+    max_size=40,
+)
+_limits = st.sampled_from(
+    [
+        Limits(),
+        Limits(max_stream_text_chars=20),
+        Limits(max_stream_events=7),
+        Limits(max_blocks=1, max_violations=2),
+        Limits(max_event_bytes=120),
+    ]
+)
+
+
+@pytest.mark.parametrize("dialect", sorted(GENERATED))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_ops, points=st.lists(st.integers(min_value=0, max_value=4000), max_size=25), limits=_limits,
+       whole=st.booleans())  # fmt: skip
+def test_generated_fast_equals_general(dialect, ops, points, limits, whole):
+    """Token streams with noise (events the fast lane must decline: gaps, mismatched event
+    names, invalid UTF-8 or JSON, other blocks, model changes, ...), in any chunking and under
+    tight limits: the fast lanes give exactly the general path's record."""
+    build, content_type = GENERATED[dialect]
+    like = _streaming_case(dialect, content_type)
+    body = build(ops)
+    chunks = [body] if whole else split_at(body, points)
+    fast = _observe(like, chunks, general=False, limits=limits)
+    assert fast == _observe(like, chunks, general=True, limits=limits)
+
+
+@pytest.mark.parametrize("dialect", sorted(GENERATED))
+def test_fast_lane_is_taken(dialect):
+    """The generated token streams do go through each dialect's fast lane (else the equality
+    tests above would prove nothing)."""
+    build, content_type = GENERATED[dialect]
+    like = _streaming_case(dialect, content_type)
+    adapter_cls = type(default_registry().get(dialect).new_adapter(
+        default_registry().get(dialect).parse_request(like["request"], RequestView("POST", "h", like["path"], {}))[0],
+        RequestView("POST", "h", like["path"], {}),
+    ))  # fmt: skip
+    calls = {"hit": 0}
+    original = adapter_cls.fast
+
+    def counting(self, event, obj):
+        hit = original(self, event, obj)
+        if hit:
+            calls["hit"] += 1
+        return hit
+
+    adapter_cls.fast = counting
+    try:
+        _observe(like, [build([("delta", "hello")] * 5)], general=False, limits=Limits())
+    finally:
+        adapter_cls.fast = original
+    assert calls["hit"] >= 4
+    if dialect in ("openai.chat", "anthropic.messages", "openai.responses", "vercel.ui"):
+        calls["hit"] = 0
+        adapter_cls.fast = counting
+        try:
+            _observe(like, [build([("noise", 6)] + [("frag", "ab")] * 5)], general=False, limits=Limits())
+        finally:
+            adapter_cls.fast = original
+        assert calls["hit"] >= 5
+
+
+# -- the SSE decoder's shortcuts -----------------------------------------------------------------
+
+_sse_lines = st.lists(
+    st.one_of(
+        st.sampled_from([b"", b"", b"", b":comment", b"id: 7", b"retry: 15", b"data", b"event", b"x: y"]),
+        st.builds(lambda v: b"data: " + v, st.sampled_from([b"a", b"", b" b", b"\xc3\xa9", b"\xff", b"{}"])),
+        st.builds(lambda v: b"data:" + v, st.sampled_from([b"a", b"long" * 20])),
+        st.builds(lambda v: b"event: " + v, st.sampled_from([b"e", b"", b"\xfe"])),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=_sse_lines,
+    eols=st.lists(st.sampled_from([b"\n", b"\n", b"\n", b"\r\n", b"\r"]), min_size=30, max_size=30),
+    points=st.lists(st.integers(min_value=0, max_value=800), max_size=12),
+    limit=st.sampled_from([1 << 20, 40, 90]),
+    bom=st.booleans(),
+)
+def test_sse_shortcuts_are_chunking_independent(lines, eols, points, limit, bom):
+    """Whatever mix of lines and line ends, the decoder's shortcuts (whole blocks split on LF
+    LF, single-line events, CRLF events, a pending block finished before whole blocks) give
+    the same events and violations as one byte at a time (which never takes them)."""
+    from observer.wire.sse import SSEDecoder
+
+    body = (b"\xef\xbb\xbf" if bom else b"") + b"".join(line + eol for line, eol in zip(lines, eols, strict=False))
+
+    def decode(chunks: list[bytes]) -> list[Any]:
+        dec = SSEDecoder(max_event_bytes=limit)
+        out: list[Any] = []
+        for chunk in chunks:
+            out += dec.feed(chunk)
+        return out + dec.close()
+
+    expected = decode([body[i : i + 1] for i in range(len(body))])
+    assert decode([body]) == expected
+    assert decode(split_at(body, points)) == expected
+    for cut in range(1, len(body)):  # every two-chunk split: each shortcut meets every boundary
+        assert decode([body[:cut], body[cut:]]) == expected, cut
+
+
+# -- Gemini streamed function-call arguments (GeminiAdapter._fast_call) --------------------------
+
+_GEM_CALL_PARTS = [
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "ab", "willContinue": True}],
+                      "willContinue": True}},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$['content']", "stringValue": "x", "willContinue": True}],
+                      "willContinue": True}},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "é\n", "willContinue": True}],
+                      "willContinue": True}, "text": "t"},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "c"}], "willContinue": True}},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.path", "stringValue": "p", "willContinue": True}],
+                      "willContinue": True}},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "numberValue": 3, "willContinue": True}],
+                      "willContinue": True}},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "d", "willContinue": True},
+                                      {"jsonPath": "$.content", "stringValue": "e", "willContinue": True}],
+                      "willContinue": True}},
+    {"functionCall": {"name": "write_file", "willContinue": True}},
+    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "", "willContinue": True}]}},
+    {"text": "plain"},
+]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    picks=st.lists(st.integers(min_value=0, max_value=len(_GEM_CALL_PARTS) - 1), max_size=30),
+    points=st.lists(st.integers(min_value=0, max_value=6000), max_size=20),
+    limits=_limits,
+    whole=st.booleans(),
+)
+def test_gemini_call_fast_equals_general(picks, points, limits, whole):
+    """Streamed function-call argument pieces (continuations the fast lane takes, and the
+    look-alikes it must decline: another spelling of the path, a non-string value, several
+    entries, a closing piece, a new call, text in the part) in any chunking and under tight
+    limits: the same record as the general path."""
+    like = _streaming_case("gemini", "text/event-stream")
+
+    def chunk(part: dict[str, Any], **kw: Any) -> bytes:
+        return _sse({"candidates": [{"content": {"role": "model", "parts": [part]}, **kw}],
+                     "modelVersion": "g1"}, nl="\r\n")  # fmt: skip
+
+    body = b"".join(
+        [chunk({"functionCall": {"name": "write_file", "willContinue": True}}),
+         chunk({"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "s",
+                                                  "willContinue": True}], "willContinue": True}})]
+        + [chunk(_GEM_CALL_PARTS[i]) for i in picks]
+        + [chunk({"text": ""}, finishReason="STOP")]
+    )  # fmt: skip
+    chunks = [body] if whole else split_at(body, points)
+    fast = _observe(like, chunks, general=False, limits=limits)
+    assert fast == _observe(like, chunks, general=True, limits=limits)
+
+
+def test_gemini_call_fast_lane_is_taken():
+    """Continuation pieces of a streamed call do take the Gemini fast lane."""
+    from observer.dialects import gemini
+
+    like = _streaming_case("gemini", "text/event-stream")
+    calls = {"hit": 0}
+    original = gemini.GeminiAdapter._fast_call
+
+    def counting(self, index, part, call):
+        hit = original(self, index, part, call)
+        if hit is not None:
+            calls["hit"] += 1
+        return hit
+
+    def chunk(part: dict[str, Any]) -> bytes:
+        return _sse({"candidates": [{"content": {"parts": [part]}}]}, nl="\r\n")
+
+    body = [chunk({"functionCall": {"name": "write_file", "willContinue": True}})] + [
+        chunk(_GEM_CALL_PARTS[0])
+    ] * 6
+    gemini.GeminiAdapter._fast_call = counting
+    try:
+        ex = _observe(like, body, general=False, limits=Limits())
+    finally:
+        gemini.GeminiAdapter._fast_call = original
+    assert calls["hit"] >= 5
+    assert orjson.loads(ex["tool_calls"][0]["arguments"]) == {"content": "ab" * 6}
