@@ -142,19 +142,21 @@ PROXY_KINDS = ("baseline", "addon")
 
 
 def start_proxy(kind: str, workdir: Path, *, db_path: Path | None = None, addon: str = "addons/llm_audit.py",
-                sets: dict[str, str] | None = None, timeout: float = 30.0) -> MitmdumpProcess:
+                sets: dict[str, str] | None = None, addon_sets: dict[str, str] | None = None,
+                timeout: float = 30.0) -> MitmdumpProcess:
     """A started ``mitmdump -q`` on a free 127.0.0.1 port with its own confdir under ``workdir``.
 
     ``kind="baseline"``: ``bench/passthrough_addon.py`` (``flow.response.stream = True``, nothing
     else). ``kind="addon"``: ``addon`` (relative to the repo) with
-    ``observer_db=sqlite:///<db_path>`` (default ``<workdir>/bench.db``). Raises RuntimeError
+    ``observer_db=sqlite:///<db_path>`` (default ``<workdir>/bench.db``). ``sets`` are mitmproxy
+    options for both kinds, ``addon_sets`` options for the addon only. Raises RuntimeError
     (with the log tail) when it does not start."""
     workdir = Path(workdir)
     if kind == "baseline":
         p = MitmdumpProcess(REPO / "bench" / "passthrough_addon.py", sets=sets, workdir=str(workdir / "baseline"))
     elif kind == "addon":
         db = db_path or workdir / "bench.db"
-        p = MitmdumpProcess(REPO / addon, sets={"observer_db": f"sqlite:///{db}", **(sets or {})},
+        p = MitmdumpProcess(REPO / addon, sets={"observer_db": f"sqlite:///{db}", **(sets or {}), **(addon_sets or {})},
                             workdir=str(workdir / "addon"))
     else:
         raise ValueError(f"unknown proxy kind {kind!r}")

@@ -51,7 +51,8 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
     nbytes = int(args.mb * 1e6)
     body = llm_request(1)
     with Upstream(work) as up:
-        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon)
+        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon,
+                              addon_sets=dict(kv.split("=", 1) for kv in args.set))
         try:
             targets = {k: upstream_target(up, p) for k, p in procs.items()}
             for t in transports:
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="streams per proxy and transport (alternating order)")
     ap.add_argument("--transports", default="h1,h2-tls", help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
+    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
+                    help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)")
     ap.add_argument("--timeout", type=float, default=120.0, help="bound of one stream (s)")
     ap.add_argument("--smoke", action="store_true", help="seconds: 1 MB, h1")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")

@@ -139,7 +139,8 @@ async def one_run(target: Any, pid: int | None, transport: str, args: argparse.N
 async def measure(args: argparse.Namespace, transports: list[str], work: Path,
                   t_start: float) -> dict[tuple[str, str], LoadResult]:
     with Upstream(work) as up:
-        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon)
+        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon,
+                              addon_sets=dict(kv.split("=", 1) for kv in args.set))
         try:
             targets = {k: upstream_target(up, p) for k, p in procs.items()}
             pids: dict[str, int | None] = {k: p.proc.pid for k, p in procs.items() if p.proc is not None}
@@ -185,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="runs per proxy and transport (alternating order)")
     ap.add_argument("--transports", default=",".join(TRANSPORTS), help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
+    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
+                    help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)")
     ap.add_argument("--direct", action="store_true", help="also run the load without a proxy (context; +1 run per transport)")
     ap.add_argument("--smoke", action="store_true", help="seconds: 10 streams x 20 events x 10 ms")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")

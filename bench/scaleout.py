@@ -58,7 +58,6 @@ from bench.store import DEFAULT_PG_URL, PgDatabase  # noqa: E402
 from observer.store.migrate import upgrade  # noqa: E402
 from tests.e2e.harness import MitmdumpProcess  # noqa: E402
 
-TARGET_RATIO = 1.5
 TICK_GROUPS = 10  # the light upstream's timers: stream k is served by timer k % 10, phases spread
 
 
@@ -390,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         report.details["db_rows"] = rows
         one, many = results[1]["events_per_s"], results[args.procs]["events_per_s"]
         report.add(f"events/s, {args.procs} processes", many, "ev/s", baseline=one,
-                   target=f">= {TARGET_RATIO:g}x", met=many >= TARGET_RATIO * one,
-                   note="baseline: 1 process; client and upstream share the same cores")
+                   note="baseline: 1 process; no verdict: client and upstream share the same cores, so N "
+                        "processes cannot get N cores here (the issue sets no ratio)")
         report.add(f"proxy CPU, {args.procs} processes", sum(results[args.procs]["proxy_cpu_pct"]), "% of a core",
                    baseline=sum(results[1]["proxy_cpu_pct"]))
         if "haproxy" in results:
