@@ -507,6 +507,8 @@ class LLMAudit:
         state.finished = True
         if state.tap is not None:
             state.tap.flush()  # chunks still waiting for the batch sweep
+        if not state.parsed:
+            self._request_not_received(state)
         try:
             if state.observer is None:  # no response headers (or their hook failed)
                 record = request_only_record(state.exchange, end, now_s=now, transport_error=message)
@@ -521,6 +523,23 @@ class LLMAudit:
             record.transport_error = message
             record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}"))
         self._submit(record)
+
+    def _request_not_received(self, state: _FlowState) -> None:
+        """Records that the exchange ended before the request body was complete (neither the
+        ``request`` nor the ``responseheaders`` hook came: the upstream was unreachable, the
+        client gave up mid-upload, the proxy stopped). Trial finding: such records had an empty
+        request and no violation. ``body_bytes``: what a streamed upload had passed on (bytes),
+        else left at 0 (a buffered body that never completed is not seen by the addon)."""
+        state.parsed = True
+        seen = state.request_tap.total_bytes if state.request_tap is not None else None
+        if seen is not None:
+            state.exchange.request.body_bytes = seen
+        got = "" if seen is None else f" ({seen} bytes received)"
+        state.violations.append(
+            Violation(
+                ViolationKind.INCOMPLETE_REQUEST, None, f"exchange ended before the request body was complete{got}; not parsed"
+            )
+        )
 
     # ----- helpers -----
     def _skeleton(self, flow: http.HTTPFlow, dialect: Dialect) -> Exchange:

@@ -84,7 +84,7 @@ class Report:
             Path(path).write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
 
     def print_table(self) -> None:
-        print(format_figures(self.suite, self.figures))
+        print(format_figures(self.suite, self.figures, smoke=self.smoke))
 
     def finish(self, started_s: float, json_path: str | Path | None, ok: bool, *, table: bool = True) -> int:
         """Ends a suite: wall time since ``started_s`` (``time.monotonic()``), the table (unless
@@ -111,11 +111,14 @@ def _num(v: float | None) -> str:
     return f"{v:.3f}"
 
 
-def format_figures(title: str, figures: list[Figure]) -> str:
-    """A fixed-width table: figure, observer value, baseline, ratio, difference, target, verdict."""
+def format_figures(title: str, figures: list[Figure], *, smoke: bool = False) -> str:
+    """A fixed-width table: figure, observer value, baseline, ratio, difference, target, verdict.
+    A smoke run's figures are too small to mean anything: no verdicts, and the title says so."""
     rows = [("figure", "observer", "baseline", "ratio", "diff", "unit", "target", "")]
+    if smoke:
+        title += " (smoke size: shows the suite runs; not a measurement, no verdicts)"
     for f in figures:
-        verdict = "" if f.met is None else ("ok" if f.met else "MISS")
+        verdict = "" if f.met is None or smoke else ("ok" if f.met else "MISS")
         ratio = "-" if f.ratio is None else f"{f.ratio:.2f}x"
         rows.append((f.name, _num(f.value), _num(f.baseline), ratio, _num(f.delta), f.unit, f.target, verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

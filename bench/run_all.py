@@ -97,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         figs = [Figure(**{k: f[k] for k in ("name", "value", "unit", "baseline", "target", "met", "note")})
                 for f in rep["figures"]]  # fmt: skip
         print()
-        print(format_figures(f"{rep['suite']} ({rep['wall_seconds']:.0f} s)", figs))
-    missed = [(r["suite"], f["name"]) for r in reports for f in r["figures"] if f.get("met") is False]
+        print(format_figures(f"{rep['suite']} ({rep['wall_seconds']:.0f} s)", figs, smoke=rep["smoke"]))
+    missed = [(r["suite"], f["name"]) for r in reports for f in r["figures"] if f.get("met") is False and not r["smoke"]]
     print(f"\ntotal {total / 60:.1f} min; {len(reports)} suite(s) measured"
           + (f"; FAILED: {', '.join(failed)}" if failed else "")
-          + (f"; targets missed: {len(missed)}" if missed else "; every target with a verdict met"))  # fmt: skip
+          + ("; smoke size: figures are not measurements, targets not judged" if args.smoke
+             else f"; targets missed: {len(missed)}" if missed else "; every target with a verdict met"))  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": m, "total_seconds": round(total, 1), "smoke": args.smoke,
                                                "failed": failed, "reports": reports}, indent=2) + "\n")  # fmt: skip

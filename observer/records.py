@@ -68,6 +68,7 @@ class ViolationKind(enum.StrEnum):
     UNSTORABLE_CHARACTER = "unstorable_character"
     INVALID_UTF8 = "invalid_utf8"
     OVERSIZE_RECORD = "oversize_record"
+    INCOMPLETE_REQUEST = "incomplete_request"  # the exchange ended before the request body was received
 
 
 @dataclass(slots=True, frozen=True)

@@ -411,3 +411,54 @@ def test_client_disconnect_finishes_flows_mitmproxy_never_ended():
         assert len(sink.records) == 1
         addon.done()
     assert [r.outcome for r in sink.records] == ["client_aborted", "interrupted"]
+
+
+def test_upload_cut_before_the_body_was_complete_is_recorded():
+    """Trial finding: a chunked upload to an unreachable upstream was recorded with an empty
+    request and no violation. The record now says the body never arrived whole, with the bytes
+    the streamed upload had passed on."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        del f.request.headers["content-length"]
+        f.request.headers["transfer-encoding"] = "chunked"
+        addon.requestheaders(f)
+        f.request.stream(b"{bad")  # 4 bytes passed on, then the upstream connection fails
+        f.error = Error("Connection refused")
+        addon.error(f)  # no request hook: the body never completed
+    (rec,) = sink.records
+    assert rec.outcome == "error" and rec.error.code == "no_response"
+    assert rec.request.body_bytes == 4
+    assert [(v.kind, v.detail) for v in rec.violations] == [
+        ("incomplete_request", "exchange ended before the request body was complete (4 bytes received); not parsed")
+    ]
+
+
+def test_buffered_body_that_never_completed_is_recorded():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)  # Content-Length declared: mitmproxy buffers; the request hook never comes
+        f.error = Error("Client disconnected.")
+        addon.error(f)
+    (rec,) = sink.records
+    assert rec.outcome == "client_aborted"
+    assert rec.request.body_bytes == 0 and rec.request.model is None
+    assert [(v.kind, v.detail) for v in rec.violations] == [
+        ("incomplete_request", "exchange ended before the request body was complete; not parsed")
+    ]
+
+
+def test_complete_request_has_no_incomplete_request_violation():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        addon.requestheaders(f)
+        addon.request(f)
+        f.error = Error("Connection refused")
+        addon.error(f)
+    (rec,) = sink.records
+    assert all(v.kind != "incomplete_request" for v in rec.violations)
