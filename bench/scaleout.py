@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ sys.path.insert(0, str(REPO))
 import sqlalchemy as sa  # noqa: E402
 
 from bench._common import Report, cpu_seconds  # noqa: E402
-from bench.memory import LLM_CONTENT_TYPE, UpstreamProc, llm_request_body, raise_nofile  # noqa: E402
+from bench.memory import LLM_CONTENT_TYPE, ClientStats, UpstreamProc, llm_request_body, raise_nofile  # noqa: E402
 from bench.store import DEFAULT_PG_URL, PgDatabase  # noqa: E402
 from observer.store.migrate import upgrade  # noqa: E402
 from tests.e2e.harness import MitmdumpProcess  # noqa: E402
@@ -205,21 +204,7 @@ class Haproxy:
                 p.wait(5)
 
 
-@dataclass
-class Live:
-    """Client counters, updated as bytes arrive: ``events`` received, streams ``completed``
-    (``n + 4`` events, body ended), ``failed``, ``aborted`` (cut by the client) and ``started``."""
-
-    events: int = 0
-    started: int = 0
-    headers: int = 0
-    completed: int = 0
-    failed: int = 0
-    aborted: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-async def stream_count(proxy_port: int, upstream_port: int, n: int, gap_ms: float, body: bytes, live: Live,
+async def stream_count(proxy_port: int, upstream_port: int, n: int, gap_ms: float, body: bytes, live: ClientStats,
                        timeout_s: float) -> None:
     """One stream through the proxy with ``Connection: close``; reads raw until EOF and counts
     SSE event ends (``\\n\\n``: HTTP/1.1 chunk framing uses ``\\r\\n``, so it never forms one)."""
@@ -263,15 +248,13 @@ async def stream_count(proxy_port: int, upstream_port: int, n: int, gap_ms: floa
         live.aborted += 1
         raise
     except (OSError, ConnectionError, TimeoutError) as exc:
-        live.failed += 1
-        if len(live.errors) < 10:
-            live.errors.append(repr(exc)[:200])
+        live.error(repr(exc)[:200])
     finally:
         if writer is not None:
             writer.transport.abort()
 
 
-async def slot(i: int, port: int, upstream_port: int, args: argparse.Namespace, live: Live, delay_s: float) -> None:
+async def slot(i: int, port: int, upstream_port: int, args: argparse.Namespace, live: ClientStats, delay_s: float) -> None:
     """Streams back to back through ``port``."""
     await asyncio.sleep(delay_s)
     body = llm_request_body(i)
@@ -284,7 +267,7 @@ async def measure(ports: list[int], pids: list[int], upstream_port: int, args: a
                   upstream_pid: int) -> dict[str, Any]:
     """Runs the slots spread over ``ports`` (slot i -> ports[i % len]); events/s and CPU over the
     window after the warm-up; then cuts the streams."""
-    live = Live()
+    live = ClientStats()
     tasks = [asyncio.create_task(slot(i, ports[i % len(ports)], upstream_port, args, live,
                                       args.warm_seconds * 0.5 * i / args.streams))
              for i in range(args.streams)]

@@ -155,7 +155,6 @@ class StreamObserver:
         )
         self._lane = False
         self._max_event = limits.max_event_bytes
-        self._r = self._reassembler
 
     @property
     def broken(self) -> bool:
@@ -230,7 +229,9 @@ class StreamObserver:
         """``feed``'s lane: one complete message (SSE event type ``event_b``, ``None`` for
         NDJSON; undecoded data ``raw``; ``size`` wire bytes) while the framer holds nothing.
         Does what the framer and ``_sink`` would do with it and returns True; returns False
-        (nothing done) when the framer must see it (data not JSON, event type not UTF-8)."""
+        (nothing done) when the framer must see it (data not JSON, event type not UTF-8).
+        It repeats ``_sink``'s count-and-fast-lane steps on purpose: delegating to ``_sink``
+        measured ~5 % slower per event (bench/core.py, anthropic tokens/event 2.57 -> 2.69 µs)."""
         try:
             obj = _loads(raw)
         except _JSONDecodeError:
@@ -239,7 +240,7 @@ class StreamObserver:
         if m > self._cap:
             self._over_cap()
             return True
-        r = self._r
+        r = self._reassembler
         if not r._ended:
             hit = self._fast(event_b, obj)
             if hit is not None:
