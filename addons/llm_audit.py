@@ -20,9 +20,11 @@ Hooks never block or await.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -70,61 +72,141 @@ class _FlowState:
 
 class TapBatcher:
     """Defers the core's parsing of streamed chunks out of mitmproxy's per-chunk path and runs
-    it in batches: one loop callback every ``interval_s`` seconds observes every chunk queued
-    since, flow after flow.
+    it in batches: one timed loop callback every ``interval_s`` seconds starts a *sweep* that
+    observes every chunk queued since, flow after flow, in slices of at most ``slice_s`` seconds
+    of parsing each.
 
-    Why: measured in mitmdump under 100 concurrent token streams, the same parsing costs 14-20
-    µs per chunk when it runs inline between mitmproxy's own per-chunk work (cold caches) and
-    ~8.6 µs when the chunks of many flows are parsed back to back (bench/README.md, "Addon
-    overhead: what was found and fixed"). Nothing observable changes: every chunk is fed with its own arrival time
-    (``time.time()`` taken in the tap), a flow's pending chunks are observed before its record
-    is finished (``flush``), and the client's bytes are never held (the tap returns each chunk
-    at once). A flow whose pending bytes reach ``max_pending_bytes`` is observed at once (bulk
-    streams: bounded memory, big warm batches). ``interval_s <= 0`` (or no running event
-    loop, e.g. unit tests) observes inline."""
+    Why batches: measured in mitmdump under 100 concurrent token streams, the same parsing costs
+    14-20 µs per chunk when it runs inline between mitmproxy's own per-chunk work (cold caches)
+    and ~8.6 µs when the chunks of many flows are parsed back to back (bench/README.md, "Addon
+    overhead: what was found and fixed").
 
-    __slots__ = ("_dirty", "_scheduled", "interval_s", "max_pending_bytes")
+    Why slices: under 100 TLS streams at 50 events/s each (bench/load.py) one sweep parses ~250
+    chunks, measured in mitmdump at 0.8 ms median, 1.2 ms p90 and up to ~5 ms, and every chunk
+    arriving meanwhile waits for it. A slice ends once ``clock()`` (seconds, ``time.perf_counter``;
+    read after each chunk) has passed its start + ``slice_s``; the rest of the sweep goes to a
+    callback scheduled with ``loop.call_soon``, behind the I/O callbacks that became ready
+    meanwhile. Default 0.5 ms: a chunk waits for at most ~0.5 ms of our parsing (+ the one chunk
+    being parsed), what mitmproxy itself spends on 3-5 events (110-160 µs of proxy CPU per TLS
+    event), while a slice still parses ~100-150 chunks back to back (~3.7 µs each in the proxy):
+    the total parse time measured the same for budgets of 0.25, 0.5, 1 and 2 ms, so the warm
+    batches are kept. What still overruns a slice is a single chunk stretched by a GC pass or by
+    the writer thread holding the GIL, which no budget can cut.
+    ``slice_s <= 0``: the whole sweep in one callback (the behaviour before slicing).
 
-    def __init__(self, interval_s: float = 0.05, max_pending_bytes: int = 32 << 10) -> None:
-        self.interval_s = interval_s
-        self.max_pending_bytes = max_pending_bytes
-        self._dirty: list[StreamTap] = []
-        self._scheduled = False
+    Order and fairness: taps are visited in the order they were queued; a tap whose slice ran out
+    goes to the back of the sweep, behind the taps not yet visited, so a flow with many chunks
+    waiting delays the others by at most one slice. A tap is in at most one queue at a time
+    (``StreamTap._queued``) and its chunks are taken off its list before they are fed, so no chunk
+    is observed twice or out of order, whichever of a slice, the pending-bytes flush or the
+    finishing ``flush`` comes first. Taps queued after a sweep started wait for the next timed
+    sweep: a sweep that took in new arrivals would never end under load and would decay into
+    per-chunk parsing, losing the warm batches.
+
+    Nothing observable changes: every chunk is fed with its own arrival time (``time.time()``
+    taken in the tap), a flow's pending chunks are observed before its record is finished
+    (``StreamTap.flush``, also in the middle of a sweep), and the client's bytes are never held
+    (the tap returns each chunk at once). A flow whose pending bytes reach ``max_pending_bytes``
+    is observed at once (bulk streams: bounded memory, big warm batches). ``interval_s <= 0`` (or
+    no running event loop, e.g. unit tests) observes inline. ``drain`` (shutdown) observes
+    everything queued and cancels the scheduled callbacks."""
+
+    __slots__ = ("_clock", "_cont", "_dirty", "_sweep", "_timer", "interval_s", "max_pending_bytes", "slice_s")
+
+    def __init__(
+        self,
+        interval_s: float = 0.05,
+        max_pending_bytes: int = 32 << 10,
+        slice_s: float = 0.0005,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.interval_s = interval_s  # seconds between timed sweeps; <= 0: inline
+        self.max_pending_bytes = max_pending_bytes  # bytes one flow may have waiting
+        self.slice_s = slice_s  # seconds of parsing per loop callback; <= 0: no limit
+        self._clock = clock  # seconds, monotonic (injectable for tests)
+        self._dirty: list[StreamTap] = []  # queued for the next timed sweep
+        self._sweep: deque[StreamTap] = deque()  # the sweep in progress: taps not yet fully observed
+        self._timer: asyncio.TimerHandle | None = None  # the next timed sweep
+        self._cont: asyncio.Handle | None = None  # the next slice of the sweep in progress
 
     def mark(self, tap: StreamTap) -> bool:
         """Queues ``tap`` for the next sweep; False when no sweep can be scheduled (observe now)."""
-        if not self._scheduled:
+        if self._timer is None:
             if self.interval_s <= 0:
                 return False
             try:
-                asyncio.get_running_loop().call_later(self.interval_s, self.sweep)
+                self._timer = asyncio.get_running_loop().call_later(self.interval_s, self.sweep)
             except RuntimeError:  # no running loop
                 return False
-            self._scheduled = True
+        tap._queued = True
         self._dirty.append(tap)
         return True
 
     def sweep(self) -> None:
-        """Observes every queued chunk (a loop callback; never raises)."""
-        self._scheduled = False
-        taps, self._dirty = self._dirty, []
+        """The timed callback: the taps queued since the last sweep join the sweep in progress
+        (if a slow one is still going) or start one, whose first slice runs now. Never raises."""
+        if self._timer is not None:
+            self._timer.cancel()  # no-op when this is the timer firing; a direct call replaces it
+            self._timer = None
+        self._sweep.extend(self._dirty)
+        self._dirty = []
+        if self._cont is None:
+            self._slice()
+
+    def _slice(self) -> None:
+        """Observes queued taps, oldest first, until the queue is empty or ``slice_s`` has passed
+        (at least one chunk); schedules the next slice with ``call_soon`` if any remain."""
+        self._cont = None
+        queue = self._sweep
+        clock = self._clock
+        try:
+            deadline = clock() + self.slice_s if self.slice_s > 0 else None
+            while queue:
+                tap = queue[0]
+                if not tap._observe(deadline, clock):
+                    queue.rotate(-1)  # its slice ran out: to the back, behind the taps not yet visited
+                    break
+                queue.popleft()
+                tap._queued = False
+                if deadline is not None and queue and clock() >= deadline:
+                    break
+        except Exception:  # noqa: BLE001 - a loop callback must not raise; _observe does not
+            log.error("observer: tap sweep failed", exc_info=True)
+        if queue:
+            try:
+                self._cont = asyncio.get_running_loop().call_soon(self._slice)
+            except RuntimeError:  # no running loop (a direct call): the rest now
+                self.drain()
+
+    def drain(self) -> None:
+        """Observes every queued chunk now, in one go, and cancels the scheduled callbacks
+        (shutdown: nothing is left waiting for a loop that is stopping). Never raises."""
+        for handle in (self._timer, self._cont):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._cont = None
+        taps = [*self._sweep, *self._dirty]
+        self._sweep.clear()
+        self._dirty = []
         for tap in taps:
+            tap._queued = False
             tap.flush()
 
 
 class StreamTap:
     """The per-flow ``flow.response.stream`` callable: returns each chunk unchanged (the same
-    object) and has it observed, with its arrival time, inline or in the next ``TapBatcher``
-    sweep. Runs inside mitmproxy's core, so it must never raise (an exception would silently
-    drop the chunk for the client)."""
+    object) and has it observed, with its arrival time, inline or in a ``TapBatcher`` sweep.
+    Runs inside mitmproxy's core, so it must never raise (an exception would silently drop the
+    chunk for the client)."""
 
-    __slots__ = ("_batcher", "_observer", "_pending", "_pending_bytes")
+    __slots__ = ("_batcher", "_observer", "_pending", "_pending_bytes", "_queued")
 
     def __init__(self, observer: StreamObserver, batcher: TapBatcher | None = None) -> None:
         self._observer = observer
         self._batcher = batcher
-        self._pending: list = []  # chunk, arrival time, chunk, arrival time, ...
-        self._pending_bytes = 0
+        self._pending: list = []  # chunk, arrival time, chunk, arrival time, ... (oldest first)
+        self._pending_bytes = 0  # bytes in _pending
+        self._queued = False  # in one of the batcher's queues (set and cleared by the batcher)
 
     def __call__(self, data: bytes) -> bytes:
         if data:
@@ -136,17 +218,27 @@ class StreamTap:
                 batcher = self._batcher
                 if batcher is None or self._pending_bytes >= batcher.max_pending_bytes:
                     self.flush()
-                elif len(pending) == 2 and not batcher.mark(self):
+                elif not self._queued and not batcher.mark(self):
                     self.flush()
             except Exception:  # fail open: the chunk goes on whatever happened here
                 log.error("observer: stream tap failed", exc_info=True)
         return data
 
     def flush(self) -> None:
-        """Observes the pending chunks now (idempotent; never raises)."""
+        """Observes every pending chunk now (idempotent; never raises)."""
+        self._observe(None, None)
+
+    def _observe(self, deadline: float | None, clock: Callable[[], float] | None) -> bool:
+        """Feeds the pending chunks in arrival order. With a ``deadline`` (``clock()`` seconds) it
+        stops once the deadline has passed after a chunk, leaving the rest pending; returns True
+        when nothing is left. Never raises. The list is taken off the tap before anything is fed,
+        so a chunk is fed exactly once. Once the observer no longer needs arrival times
+        (``StreamObserver.needs_arrival_times``: its first text was seen) the rest are joined
+        and fed as one: bulk streams arrive one small event per chunk, and one feed of ~32 KiB
+        parses their events in one loop (bench/bulk.py)."""
         pending = self._pending
         if not pending:
-            return
+            return True
         self._pending = []
         self._pending_bytes = 0
         obs = self._observer
@@ -154,18 +246,31 @@ class StreamTap:
         try:
             feed = obs.feed
             while i < n:
-                feed(pending[i], pending[i + 1])
+                if n - i > 2 and not obs.needs_arrival_times:
+                    # The rest in one feed (one loop over its messages instead of one call per
+                    # chunk): no later arrival time can change the record any more.
+                    chunk, now = b"".join(pending[i:n:2]), pending[n - 1]
+                    i = n
+                    feed(chunk, now)
+                    break
                 i += 2
+                feed(pending[i - 2], pending[i - 1])
+                if deadline is not None and i < n and clock() >= deadline:  # type: ignore[misc]
+                    rest = pending[i:]
+                    rest += self._pending  # (empty: nothing runs in between; kept in order anyway)
+                    self._pending = rest
+                    self._pending_bytes = sum(map(len, rest[::2]))
+                    return False
         except Exception as exc:  # fail open: stop observing, keep forwarding
             try:
                 obs.fail(exc)
-                i += 2
                 while i < n:  # a broken observer only counts the bytes
                     obs.feed(pending[i], pending[i + 1])
                     i += 2
             except Exception:  # noqa: BLE001 - never out of the tap
                 pass
             log.error("observer error on a stream; observation stopped for this flow", exc_info=True)
+        return True
 
 
 class RequestTap:
@@ -236,10 +341,21 @@ class LLMAudit:
             "observer_spool", str, "", "File that keeps records while the database is unreachable (empty: none)."
         )
         loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
+        loader.add_option(
+            "observer_gc_freeze",
+            bool,
+            True,
+            "At start-up, move every object alive (modules, mitmproxy, SQLAlchemy) out of the garbage"
+            " collector's reach (gc.freeze), so full collections stop scanning them.",
+        )
         loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
         loader.add_option(
             "observer_tap_batch_ms", int, 50,
             "Streamed chunks are parsed in batches this often, in ms (0: inline, per chunk). Never delays the client.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_tap_slice_us", int, 500,
+            "Most parsing one batch callback does before letting the proxy's I/O run, in µs (0: no limit).",
         )  # fmt: skip
         for f in fields(Limits):
             loader.add_option(f"observer_{f.name}", int, f.default, f.metadata["help"])
@@ -258,6 +374,11 @@ class LLMAudit:
             if ms < 0:
                 raise exceptions.OptionsError(f"observer_tap_batch_ms must be >= 0, got {ms}")
             self._batcher.interval_s = ms / 1000.0
+        if "observer_tap_slice_us" in updated:
+            us = ctx.options.observer_tap_slice_us
+            if us < 0:
+                raise exceptions.OptionsError(f"observer_tap_slice_us must be >= 0, got {us}")
+            self._batcher.slice_s = us / 1e6
         if "observer_db" in updated and not ctx.options.observer_db.strip():
             raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
 
@@ -278,10 +399,14 @@ class LLMAudit:
         self._writer.start()
         self._sink = self._writer.submit
         log.info("observer: recording LLM exchanges to %s", _safe_url(url))
+        if ctx.options.observer_gc_freeze:
+            _freeze_startup_heap()
 
     def done(self) -> None:
         # Flows still streaming when the proxy stops never see ``response``/``error`` before the
-        # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded.
+        # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded. Queued
+        # chunks are observed first and the batcher's callbacks cancelled (the loop is stopping).
+        self._batcher.drain()
         now = time.time()
         open_states, self._open, self._by_client = list(self._open.values()), {}, {}
         for state in open_states:
@@ -575,6 +700,18 @@ class LLMAudit:
     def _hook_failed(self, hook: str) -> None:
         self.hook_errors += 1
         log.error("observer: %s hook failed; the flow passes through unobserved", hook, exc_info=True)
+
+
+def _freeze_startup_heap() -> None:
+    """Collects once, then moves every surviving object to the permanent generation
+    (``gc.freeze``, Python docs "gc"): the process's start-up heap (mitmproxy, SQLAlchemy's
+    metadata and mappers, the dialect tables: long-lived by nature) is then never scanned
+    again by a full collection. Why: under 100 concurrent TLS streams full collections in the
+    addon's mitmdump took 55-150 ms each, every stream waiting meanwhile; with the heap frozen
+    they shrank to ~35 ms and the 100-stream p99 with them (bench/load.py; bench/README.md).
+    Objects created later are collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 def _request_view(flow: http.HTTPFlow) -> RequestView:

@@ -80,6 +80,16 @@ def _append(parts: list[str], text: str) -> None:
         _coalesce(parts)
 
 
+def _fill_call(call: ToolCall, index: int | None, id: str | None, name: str | None) -> None:
+    """Sets what a fragment tells of its call that earlier fragments did not."""
+    if call.index is None:
+        call.index = index
+    if call.id is None:
+        call.id = clip(id, MAX_NAME_CHARS)
+    if call.name is None:
+        call.name = clip(name, MAX_NAME_CHARS)
+
+
 @dataclass(slots=True)
 class _BlockState:
     index: int
@@ -215,6 +225,38 @@ class Reassembler:
         if len(parts) - parts.joined >= _COALESCE_PARTS:
             _coalesce(parts)
 
+    def texts(self, index: int, block_type: str, texts: list[str], first_s: float) -> None:
+        """Applies ``ContentDelta(seq, index, t, block_type)`` for each non-empty ``t`` of
+        ``texts`` in order, the first observed at ``first_s`` (epoch seconds): exactly what as
+        many :meth:`text` calls do (only the first text's time is ever read: the first-text
+        time), with one block lookup, one cap check and one ``extend`` for the lot when the
+        block exists and the text fits; otherwise one :meth:`text` per piece. For
+        ``observer.tap``'s text runs (consecutive fast-lane hits on one block). Same
+        precondition as :meth:`text`; every piece must be non-empty."""
+        block = self._blocks.get(index)
+        if block is None or not self._extend(block.parts, texts):
+            text = self.text
+            for t in texts:
+                text(index, block_type, t, first_s)
+            return
+        if self._first_text_s is None:
+            self._first_text_s = first_s
+
+    def _extend(self, parts: _Parts, pieces: list[str]) -> bool:
+        """Appends ``pieces`` (one event each) to ``parts`` and counts them if their text fits
+        under ``max_stream_text_chars``; False (nothing done) if it does not."""
+        total = 0
+        for p in pieces:
+            total += len(p)
+        if self._text_chars + total > self._max_text_chars:
+            return False
+        self._text_chars += total
+        self._events += len(pieces)
+        parts.extend(pieces)
+        if len(parts) - parts.joined >= _COALESCE_PARTS:
+            _coalesce(parts)
+        return True
+
     def _on_tool_call(self, ev: ToolCallEvent) -> None:
         declared = ev.name is not None and ev.name in self._declared
         name = clip(ev.name, MAX_NAME_CHARS)
@@ -238,6 +280,23 @@ class Reassembler:
         self._events += 1
         self._on_tool_fragment(seq, key, index, id, name, arguments)
 
+    def fragments(
+        self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, pieces: list[str]
+    ) -> None:
+        """Applies ``ToolCallDelta(seq_i, key, index, id, name, p)`` for each ``p`` of
+        ``pieces`` in order: exactly what as many :meth:`fragment` calls do when they differ only
+        in ``seq`` and ``arguments`` (``seq`` is only read when the call opens: the first
+        piece's), with one lookup and one cap check for the lot when the call is open and the
+        pieces fit; otherwise one :meth:`fragment` per piece. For ``observer.tap``'s fragment
+        runs. Same precondition as :meth:`fragment`."""
+        entry = self._fragments.get(key)
+        if entry is None or not self._extend(entry[1], pieces):
+            for p in pieces:
+                self._events += 1
+                self._on_tool_fragment(seq, key, index, id, name, p)
+            return
+        _fill_call(entry[0], index, id, name)
+
     def _on_tool_fragment(
         self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, arguments: str
     ) -> None:
@@ -250,12 +309,7 @@ class Reassembler:
             self._tool_calls.append(call)
             entry = self._fragments[key] = (call, _Parts(), seq)
         call, parts, _ = entry
-        if call.index is None:
-            call.index = index
-        if call.id is None:
-            call.id = clip(id, MAX_NAME_CHARS)
-        if call.name is None:
-            call.name = clip(name, MAX_NAME_CHARS)
+        _fill_call(call, index, id, name)
         arguments = self._take(arguments)
         if arguments:
             _append(parts, arguments)

@@ -74,13 +74,15 @@ class StreamAdapter(Protocol):
       lazily; the message is an SSE event or a ``JSONFrame`` as for ``on_message``.
     - ``fast(event, obj) -> tuple | None``: the fast lane for the dialect's dominant messages,
       text deltas and tool-call argument fragments. ``event`` is the SSE ``event`` field as
-      undecoded bytes (``b""`` when absent; ``None`` for a non-SSE framing), ``obj`` as for
+      undecoded bytes, ASCII (``b""`` when absent; ``None`` for a non-SSE framing; the tap sends
+      any other event type to ``on_object``, whose caller reports what is not UTF-8), ``obj`` as for
       ``on_object``. Returns ``(block index, block type, text)`` when ``on_message`` would
       have returned exactly ``[ContentDelta(seq, index, text, block_type)]``; ``(seq, key,
       index, id, name, arguments)`` when it would have returned exactly ``[ToolCallDelta(seq,
       key, index, id, name, arguments)]``; ``()`` when it would have returned ``[]``; each after
       the same adapter state update. Else ``None``, with no state changed. The tap then calls
-      ``Reassembler.text`` / ``Reassembler.fragment`` instead of building the event.
+      ``Reassembler.text`` / ``Reassembler.fragment`` (or, for the next hits on the same block
+      or call, ``texts`` / ``fragments``) instead of building the event.
     """
 
     def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:

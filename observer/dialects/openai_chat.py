@@ -180,6 +180,11 @@ class OpenAIChatAdapter(AdapterBase):
         self._generation: Counter[tuple[int, int]] = Counter()
         self._index_missing_reported = False
         self._modern_choices: set[int] = set()  # choices that stream ``tool_calls``
+        # ``_fast_fragment``'s memory: the (choice, tool index) slot of its last fragment and
+        # the call open there (forgotten whenever a call opens in any slot).
+        self._fast_c: int | None = None
+        self._fast_index: int | None = None
+        self._fast_call: _OpenCall | None = None
 
     def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
         data = message.data.strip()
@@ -295,10 +300,14 @@ class OpenAIChatAdapter(AdapterBase):
         args = function.get("arguments")
         if args.__class__ is not str:
             return None
-        open_call = self._calls.get((c, index))
-        if open_call is None:
-            return None
-        self._modern_choices.add(c)
+        if c == self._fast_c and index == self._fast_index:
+            open_call = self._fast_call  # the same slot as last time, still open
+        else:
+            open_call = self._calls.get((c, index))
+            if open_call is None:
+                return None
+            self._modern_choices.add(c)
+            self._fast_c, self._fast_index, self._fast_call = c, index, open_call
         return (None, open_call.key, index, None, None, args)
 
     def _identity(self, obj: dict[str, Any], out: list[Any]) -> None:
@@ -379,6 +388,7 @@ class OpenAIChatAdapter(AdapterBase):
             self._generation[slot] += 1
             key = f"{c}:{index}" if generation == 0 else f"{c}:{index}:{generation}"
             open_call = self._calls[slot] = _OpenCall(key, cid)
+            self._fast_c = None  # the fast lane's remembered slot may be this one
         elif open_call.id is None:
             open_call.id = cid
         out.append(ToolCallDelta(None, open_call.key, index, cid, name, args))

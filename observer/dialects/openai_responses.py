@@ -177,6 +177,15 @@ class OpenAIResponsesAdapter(AdapterBase):
         self._calls: dict[str, _Call] = {}
         self._call_at: dict[int, str] = {}  # output_index -> call key
         self._tool_use = False
+        # The fast lane's memory of the last text delta's block: its ``output_index`` (a valid
+        # int) and ``content_index`` as sent, and the block index they map to (a delta with
+        # equal values has an equal key, already in ``_filled``); and of the last argument
+        # delta's ``item_id`` (a str found in ``_calls``) with its call.
+        self._fast_where: int | None = None
+        self._fast_ci: Any = None
+        self._fast_block = -1
+        self._fast_item: str | None = None
+        self._fast_call: _Call | None = None
 
     def on_lost(self) -> None:
         self._seq.lost()
@@ -211,22 +220,34 @@ class OpenAIResponsesAdapter(AdapterBase):
         :meth:`on_message`. Anything else ``None`` (nothing changed: the general mapping runs)."""
         if obj.__class__ is not dict:
             return None
-        etype = obj.get("type")
+        get = obj.get
+        etype = get("type")
         if etype == "response.output_text.delta":
             if event and event != b"response.output_text.delta":
                 return None
-            delta = obj.get("delta")
-            if delta.__class__ is not str or not self._seq.advance(obj.get("sequence_number")):
+            delta = get("delta")
+            if delta.__class__ is not str or not self._seq.advance(get("sequence_number")):
                 return None
-            where = obj.get("output_index")
-            if where.__class__ is not int or where < 0 or where > INT64_MAX:
-                where = obj.get("item_id")  # what _where gives
-            key = ("text", where, obj.get("content_index"))
+            where = get("output_index")
+            if where.__class__ is int and 0 <= where <= INT64_MAX:
+                if where == self._fast_where and get("content_index") == self._fast_ci:
+                    # The block of the last delta cached below: an equal key, already filled.
+                    return (self._fast_block, "text", delta) if delta else ()
+                cache = True
+            else:
+                where = get("item_id")  # what _where gives
+                cache = False
+            ci = get("content_index")
+            key = ("text", where, ci)
             self._filled.add(key)
             if not delta:
                 return ()
             index = self._blocks.get(key)
-            return (self._block(key) if index is None else index, "text", delta)
+            if index is None:
+                index = self._block(key)
+            if cache:
+                self._fast_where, self._fast_ci, self._fast_block = where, ci, index
+            return (index, "text", delta)
         if etype in _CALL_DELTAS:
             # An argument fragment of a call already open (else the general path opens it).
             if event and event != _CALL_DELTAS[etype]:
@@ -234,11 +255,16 @@ class OpenAIResponsesAdapter(AdapterBase):
             delta = obj.get("delta")
             if delta.__class__ is not str:
                 return None
-            item_id = obj.get("item_id")
-            call = self._find_call(text(item_id), _index(obj.get("output_index")))
-            if call is None:
-                return None
-            seq = obj.get("sequence_number")
+            item_id = get("item_id")
+            if item_id.__class__ is str and item_id == self._fast_item:
+                call = self._fast_call  # found by this item_id last time: calls are never replaced
+            else:
+                call = self._find_call(text(item_id), _index(get("output_index")))
+                if call is None:
+                    return None
+                if item_id.__class__ is str and item_id in self._calls:
+                    self._fast_item, self._fast_call = item_id, call
+            seq = get("sequence_number")
             if not self._seq.advance(seq):
                 return None
             call.has_arguments = True

@@ -231,7 +231,7 @@ class SSEDecoder:
                             return out
                         sink = self.sink
                         if sink is None or not sink(event, raw, n, self._last_id, None, out):
-                            self._emit_raw(raw, event, n, None, out)
+                            self._emit_decoded(raw, event, n, None, out)
                         return out
                     self._blocks(data, out)
                     return out
@@ -272,7 +272,7 @@ class SSEDecoder:
             return
         sink = self.sink
         if sink is None or not sink(event, raw, size, self._last_id, None, out):
-            self._emit_raw(raw, event, size, None, out)
+            self._emit_decoded(raw, event, size, None, out)
 
     def close(self) -> list[SSEEvent | Violation]:
         """Signals end of stream; returns what the end completed. Idempotent (then ``[]``).
@@ -389,6 +389,7 @@ class SSEDecoder:
         tail = blocks.pop()  # after the last LF LF: the start of the next block (maybe b"")
         limit = self._max
         emit = self._emit_raw
+        emit_decoded = self._emit_decoded
         sink = self.sink
         last_id = self._last_id  # no id line is handled here: constant for the loop
         pos = 0
@@ -403,7 +404,7 @@ class SSEDecoder:
                     if raw[:1] == b" ":
                         raw = raw[1:]
                     if sink is None or not sink(b"", raw, n, last_id, None, out):
-                        emit(raw, b"", n, None, out)
+                        emit_decoded(raw, b"", n, None, out)
                     pos += n
                     continue
             elif block[:6] == b"event:" and block[first + 1 : first + 6] == b"data:" and block.find(b"\n", first + 1) < 0:
@@ -414,7 +415,7 @@ class SSEDecoder:
                 if raw[:1] == b" ":
                     raw = raw[1:]
                 if sink is None or not sink(event, raw, n, last_id, None, out):
-                    emit(raw, event, n, None, out)
+                    emit_decoded(raw, event, n, None, out)
                 pos += n
                 continue
             event = b""
@@ -592,6 +593,13 @@ class SSEDecoder:
         sink = self.sink
         if sink is not None and sink(event, raw, size, self._last_id, retry, out):
             return
+        self._emit_decoded(raw, event, size, retry, out)
+
+    def _emit_decoded(
+        self, raw: bytes, event: bytes, size: int, retry: int | None, out: list[SSEEvent | Violation]
+    ) -> None:
+        """Appends the ``SSEEvent`` of an event the sink declined or was not offered (data and
+        type decoded with replacement, ``invalid_utf8`` after it if anything was replaced)."""
         bad = False
         try:
             text = raw.decode("utf-8")

@@ -527,3 +527,144 @@ def test_gemini_call_fast_lane_is_taken():
         gemini.GeminiAdapter._fast_call = original
     assert calls["hit"] >= 5
     assert orjson.loads(ex["tool_calls"][0]["arguments"]) == {"content": "ab" * 6}
+
+
+# -- the tap's whole-message loop (StreamObserver._bulk) and runs (Reassembler.texts/fragments) ---
+
+_CHAT_HEAD = b'{"id":"c1","object":"chat.completion.chunk","model":"gpt","choices":[{"index":0,"delta":'
+
+
+def _chat_delta(text: str) -> bytes:
+    return _CHAT_HEAD + b'{"content":' + orjson.dumps(text) + b'},"finish_reason":null}]}'
+
+
+# One SSE block each: (lines, payload kind). Payloads are chat chunks the fast lane takes, so
+# every shape below reaches the reassembler either through the tap's loop or through the framer.
+_BLOCKS = st.sampled_from(
+    [
+        [b"data: %D"],
+        [b"data: %D"],
+        [b"data:%D"],  # no space after the colon
+        [b"event: message", b"data: %D"],
+        [b"event:x", b"data:%D"],
+        [b"event: \xfe", b"data: %D"],  # an event type that is not UTF-8
+        [b"data: %D", b"id: 7"],
+        [b"id: 8", b"data: %D"],
+        [b": comment", b"data: %D"],
+        [b"retry: 10", b"data: %D"],
+        [b'data: {"id":"c1",', b'data: "choices":[]}'],  # two data lines, joined by LF: valid JSON
+        [b"data: {not json"],
+        [b"data: [DONE]"],
+        [b"data: %D", b"data: x"],
+        [b"event: e"],  # a block without data
+        [],  # an extra blank line
+    ]
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    blocks=st.lists(st.tuples(_BLOCKS, _texts), max_size=40),
+    eols=st.lists(st.sampled_from([b"\n", b"\n", b"\r\n", b"\r\n", b"\r"]), min_size=1, max_size=8),
+    points=st.lists(st.integers(min_value=0, max_value=3000), max_size=20),
+    limits=_limits,
+    whole=st.booleans(),
+)
+def test_bulk_lane_equals_general(blocks, eols, points, limits, whole):
+    """Chunks of many messages in every SSE shape the tap's loop takes (one data line, after an
+    event line, with or without the space, LF or CRLF line ends) and every shape it must hand
+    to the framer (id/retry/comment lines, several data lines, blank lines, bare CR, not JSON,
+    an event type that is not UTF-8), in any chunking and under tight limits: exactly the
+    record of the general path."""
+    like = _streaming_case("openai.chat", "text/event-stream")
+    out = [b"data: " + _CHAT_HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n']
+    for i, (lines, text) in enumerate(blocks):
+        eol = eols[i % len(eols)]
+        for line in lines:
+            out.append(line.replace(b"%D", _chat_delta(text)) + eol)
+        out.append(eol)
+    out.append(b"data: [DONE]\n\n")
+    body = b"".join(out)
+    chunks = [body] if whole else split_at(body, points)
+    fast = _observe(like, chunks, general=False, limits=limits)
+    assert fast == _observe(like, chunks, general=True, limits=limits)
+
+
+@pytest.mark.parametrize("chunking", ["event", "whole", "pieces"])
+@pytest.mark.parametrize("limits", [Limits(), Limits(max_stream_text_chars=700)])
+def test_long_runs_equal_general(chunking, limits):
+    """A run longer than the reassembler's coalescing period (600 deltas on one block, then
+    a second block, then tool-argument fragments of two calls), and a text cap crossed inside
+    a run: the same record as the general path."""
+    like = _streaming_case("openai.chat", "text/event-stream")
+    head = b'{"id":"c1","object":"chat.completion.chunk","model":"gpt","choices":[{"index":%d,"delta":'
+    events = [b"data: " + _CHAT_HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n']
+    events += [b"data: " + _chat_delta(f"t{i} ") + b"\n\n" for i in range(600)]
+    events += [b"data: " + (head % 1) + b'{"content":"other"},"finish_reason":null}]}\n\n' for _ in range(3)]
+    for call in (0, 1):
+        opening = (b'{"tool_calls":[{"index":%d,"id":"call_%d","type":"function",'
+                   b'"function":{"name":"f","arguments":""}}]}')
+        events.append(b"data: " + _CHAT_HEAD + opening % (call, call) + b',"finish_reason":null}]}\n\n')
+        events += [b"data: " + _CHAT_HEAD + b'{"tool_calls":[{"index":%d,"function":{"arguments":"a%d"}}]},'
+                   b'"finish_reason":null}]}\n\n' % (call, i) for i in range(300)]  # fmt: skip
+    events.append(b"data: [DONE]\n\n")
+    body = b"".join(events)
+    chunks = {"event": events, "whole": [body], "pieces": split_at(body, range(0, len(body), 4099))}[chunking]
+    fast = _observe(like, chunks, general=False, limits=limits)
+    assert fast == _observe(like, chunks, general=True, limits=limits)
+    if limits.max_stream_text_chars > 10_000:
+        assert fast["text"].startswith("t0 t1 t2 ") and "t599 " in fast["text"]
+        assert [len(c["arguments"]) for c in fast["tool_calls"]] == [len("".join(f"a{i}" for i in range(300)))] * 2
+
+
+def test_bulk_lane_and_runs_are_taken():
+    """A chunk of many simple messages goes through the tap's loop (none reaches the framer's
+    sink) and its text deltas are applied as one run (one ``Reassembler.texts``
+    call), else the equality tests above would prove nothing about them."""
+    from observer.reassembly import Reassembler
+    from observer.tap import StreamObserver as SO
+
+    like = _streaming_case("openai.chat", "text/event-stream")
+    body = b"".join(
+        [b"data: " + _CHAT_HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n']
+        + [b"data: " + _chat_delta(t) + b"\n\n" for t in ("a", "b", "c", "d", "e")]
+        + [b"data: [DONE]\n\n"]
+    )
+    seen: dict[str, list] = {"sink": [], "texts": []}
+    sink, texts = SO._sink, Reassembler.texts
+
+    def counting_sink(self, *a):
+        seen["sink"].append(a[1][:12])
+        return sink(self, *a)
+
+    def counting_texts(self, index, block_type, pieces, first_s):
+        seen["texts"].append(list(pieces))
+        return texts(self, index, block_type, pieces, first_s)
+
+    SO._sink, Reassembler.texts = counting_sink, counting_texts
+    try:
+        # the first chunk settles the framer's leading-BOM question; the second is the loop's
+        first = body.index(b"\n\n") + 2
+        rec = _observe(like, [body[:first], body[first:]], general=False, limits=Limits())
+    finally:
+        SO._sink, Reassembler.texts = sink, texts
+    assert rec["text"] == "abcde"
+    assert seen["texts"] == [["b", "c", "d", "e"]]  # "a" opened the run
+    # Only the first chunk's message and [DONE] (not JSON: the loop hands it over) reach the
+    # framer, and its sink is offered each once (regression: a declined message was offered twice).
+    assert seen["sink"] == [b'{"id":"c1","', b"[DONE]"]
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_event_type_not_utf8_is_reported_by_fast_lanes(split):
+    """Regression: a chat chunk the fast lane takes (empty content: no event) under an event
+    type that is not UTF-8 was taken without the check that reports it; the record must carry
+    ``invalid_utf8`` (WHATWG decodes the field with replacement) whichever lane sees it."""
+    like = _streaming_case("openai.chat", "text/event-stream")
+    opening = b"data: " + _CHAT_HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    odd = b"event: \xfe\ndata: " + _chat_delta("") + b"\n\n"
+    tail = b"data: " + _chat_delta("ok") + b"\n\ndata: [DONE]\n\n"
+    chunks = [opening, odd, tail] if split else [opening + odd + tail]
+    rec = _observe(like, chunks, general=False, limits=Limits())
+    assert rec["violations"] == [{"kind": "invalid_utf8", "seq": None, "detail": "invalid UTF-8 replaced by U+FFFD"}]
+    assert rec["text"] == "ok"
