@@ -707,8 +707,9 @@ def _freeze_startup_heap() -> None:
     (``gc.freeze``, Python docs "gc"): the process's start-up heap (mitmproxy, SQLAlchemy's
     metadata and mappers, the dialect tables: long-lived by nature) is then never scanned
     again by a full collection. Why: under 100 concurrent TLS streams full collections in the
-    addon's mitmdump took 55-150 ms each, every stream waiting meanwhile; with the heap frozen
-    they shrank to ~35 ms and the 100-stream p99 with them (bench/load.py; bench/README.md).
+    addon's mitmdump took 55-150 ms each, every stream waiting meanwhile. Measured with both in
+    the same rounds (bench/load.py --variant nofreeze:observer_gc_freeze=false): 100-stream
+    h2-TLS p99 +5.2 ms over the baseline with the freeze, +26.9 ms without (docs/performance.md).
     Objects created later are collected as usual."""
     gc.collect()
     gc.freeze()
