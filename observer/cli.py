@@ -50,6 +50,7 @@ def run(
     from observer.runner import check_port_free, run_proxy, start_api_process, stop_process
     from observer.token import resolve_token
 
+    _check_sets(set_ or [])
     settings = _settings(
         db=db, proxy_port=proxy_port, api_port=api_port, confdir=confdir, data_dir=data_dir,
         proxy_host=proxy_host, api_host=api_host,
@@ -132,6 +133,23 @@ def _upgrade(url: str) -> None:
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         _fail(f"cannot open the audit store {_safe(url)}: {reason}")
+
+
+# Options ``observer run`` sets itself from its settings, so that the proxy and the API share one
+# store: a ``--set`` of them would send records where the API never looks (trial finding).
+_MANAGED_OPTIONS = {
+    "observer_db": "use --db (or OBSERVER_DB): the proxy and the API share the store",
+    "observer_spool": "set OBSERVER_SPOOL_PATH (default DATA_DIR/spool.jsonl)",
+    "observer_migrate": "observer run migrates the store itself before starting",
+}
+
+
+def _check_sets(sets: list[str]) -> None:
+    """Exits 2 with one line if a ``--set`` names an option ``observer run`` manages."""
+    for item in sets:
+        name = item.split("=", 1)[0].strip()
+        if name in _MANAGED_OPTIONS:
+            _fail(f"--set {name} is not accepted by observer run: {_MANAGED_OPTIONS[name]}")
 
 
 def _fail(message: str) -> NoReturn:

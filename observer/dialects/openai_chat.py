@@ -171,6 +171,10 @@ class OpenAIChatAdapter(AdapterBase):
       ``ErrorEvent`` (``_openai_common.error_event``); a later ``[DONE]`` does not undo it.
     - ``data: [DONE]`` -> ``StreamEnd``; a whole-body JSON answer ends with ``StreamEnd`` once
       parsed (its body is complete by construction).
+    - Fields of the wrong JSON type are ``invalid_event`` violations, never dropped silently:
+      ``content`` neither text, parts nor null; a present choice ``index`` that is not a
+      non-negative integer (choice 0 is used); ``finish_reason`` or ``model`` not a string; a
+      token count that is not a non-negative integer. Absent and null fields stay silent.
     """
 
     def __init__(self) -> None:
@@ -233,6 +237,10 @@ class OpenAIChatAdapter(AdapterBase):
             usage = groq.get("usage") if isinstance(groq, dict) else None
         if isinstance(usage, dict):
             tokens_in, tokens_out = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
+            for key, value in (("prompt_tokens", tokens_in), ("completion_tokens", tokens_out)):
+                if value is None and usage.get(key) is not None:
+                    detail = f"usage.{key} is not a token count: {usage[key]!r:.40}"
+                    out.append(Violation(V.INVALID_EVENT, None, detail))
             if tokens_in is not None or tokens_out is not None:
                 out.append(UsageEvent(None, tokens_in, tokens_out))
         if whole:
@@ -312,6 +320,8 @@ class OpenAIChatAdapter(AdapterBase):
 
     def _identity(self, obj: dict[str, Any], out: list[Any]) -> None:
         rid, model = text(obj.get("id")), text(obj.get("model"))
+        if model is None and not isinstance(obj.get("model"), str | None):
+            out.append(Violation(V.INVALID_EVENT, None, f"model is not a string: {obj['model']!r:.40}"))
         if not self._started:
             if rid is not None or model is not None:
                 self._started = True
@@ -323,7 +333,10 @@ class OpenAIChatAdapter(AdapterBase):
 
     def _choice(self, choice: dict[str, Any], whole: bool, out: list[Any]) -> None:
         c = choice.get("index")
-        c = c if is_int(c) and c >= 0 else 0
+        if not (is_int(c) and c >= 0):
+            if c is not None:  # present but unusable (absent: the only choice, 0)
+                out.append(Violation(V.INVALID_EVENT, None, f"choices[].index {c!r:.40} invalid: choice 0 used"))
+            c = 0
         body = choice.get("message" if whole else "delta")
         if isinstance(body, dict):
             self._content(c, body, out)
@@ -345,17 +358,23 @@ class OpenAIChatAdapter(AdapterBase):
                     out.append(ToolCallEvent(None, None, None, name, args))
                 else:
                     out.append(ToolCallDelta(None, f"{c}:function_call", None, None, name, args))
-        reason = text(choice.get("finish_reason"))
+        raw_reason = choice.get("finish_reason")
+        reason = text(raw_reason)
         if reason is not None:
             out.append(StopEvent(None, STOP_REASONS.get(reason, reason), reason))
+        elif raw_reason is not None and not isinstance(raw_reason, str):
+            out.append(Violation(V.INVALID_EVENT, None, f"finish_reason is not a string: {raw_reason!r:.40}"))
 
     def _content(self, c: int, body: dict[str, Any], out: list[Any]) -> None:
         reasoning = text(body.get("reasoning_content")) or text(body.get("reasoning"))
         if reasoning is not None:
             out.append(ContentDelta(None, REASONING_BLOCK + c, reasoning, "reasoning"))
-        content = _content_text(body.get("content"))
+        raw = body.get("content")
+        content = _content_text(raw)
         if content is not None:
             out.append(ContentDelta(None, c, content, "text"))
+        elif raw is not None and not isinstance(raw, (str, list)):
+            out.append(Violation(V.INVALID_EVENT, None, f"content is not text: {raw!r:.40} dropped"))
         refusal = text(body.get("refusal"))
         if refusal is not None:
             out.append(ContentDelta(None, REFUSAL_BLOCK + c, refusal, "refusal"))

@@ -131,3 +131,16 @@ def test_setup_errors_are_one_line(tmp_path, args, toml, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output and len(result.output.splitlines()) <= 2
+
+
+@pytest.mark.parametrize("name", ["observer_db", "observer_spool", "observer_migrate"])
+def test_run_refuses_set_of_the_options_it_manages(tmp_path, name):
+    """Regression (trial): ``observer run --set observer_db=URL`` sent records to a database that
+    was never migrated while the API read the default one; a traceback for a bad URL. Now a
+    one-line error, exit 2, before anything starts."""
+    result = CliRunner().invoke(
+        app, ["run", "--proxy-port", "0", "--api-port", "0", "--data-dir", str(tmp_path), "--set", f"{name}=x"]
+    )
+    assert result.exit_code == 2
+    assert f"--set {name} is not accepted by observer run" in result.output
+    assert "observer: proxy" not in result.output  # refused before the banner and the API start

@@ -693,3 +693,41 @@ def test_invalid_tool_call_indexes_are_each_flagged():
         "tool_calls[] fragment index -1 invalid: position used",
     ]
     assert [t["id"] for t in rec["tool_calls"]] == ["call_b", "call_c", "call_d"]
+
+
+@pytest.mark.parametrize(
+    ("message", "detail"),
+    [
+        (chunk({"content": 5}), "content is not text: 5 dropped"),
+        (chunk({"content": {}}), "content is not text: {} dropped"),
+        (chunk({"content": "x"}, index="a"), "choices[].index 'a' invalid: choice 0 used"),
+        (chunk({"content": "x"}, index=-1), "choices[].index -1 invalid: choice 0 used"),
+        (chunk({}, finish=7), "finish_reason is not a string: 7"),
+        (sse({"id": "c1", "model": 7, "choices": []}), "model is not a string: 7"),
+        (sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": "x", "completion_tokens": 3}}),
+         "usage.prompt_tokens is not a token count: 'x'"),
+        (sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": -1}}),
+         "usage.completion_tokens is not a token count: -1"),
+        (sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 1.5}}),
+         "usage.prompt_tokens is not a token count: 1.5"),
+    ],
+)
+def test_chat_fields_of_the_wrong_type_are_violations(message, detail):
+    """Regression (trial): a chunk field of the wrong JSON type (a number as the content, a
+    bad choice index, a non-string finish reason or model, a token count that is not a
+    non-negative integer) was dropped or coerced without a trace; each is now an
+    ``invalid_event`` violation with the value, and the rest of the chunk is still mapped."""
+    out = feed(OpenAIChatAdapter(), chunk({"role": "assistant", "content": ""}), message)
+    assert [(v.kind, v.detail) for v in out if isinstance(v, Violation)] == [("invalid_event", detail)]
+
+
+def test_chat_absent_or_null_fields_are_not_violations():
+    """The lenient cases stay silent: no choice index (the only choice), ``content: null``,
+    ``finish_reason: null``, ``usage: null`` and null token counts."""
+    out = feed(
+        OpenAIChatAdapter(),
+        sse({"id": "c1", "model": "m", "choices": [{"delta": {"content": None}, "finish_reason": None}],
+             "usage": None}),
+        sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": None, "completion_tokens": 2}}),
+    )
+    assert kinds(out) == []
