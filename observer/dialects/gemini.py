@@ -26,7 +26,8 @@ Decisions (the record's conventions applied to this vendor):
   ``metadata``: Vertex ``labels``. No end-user field exists.
 - Blocks: candidate ``c`` writes its answer text to block ``2c`` (``"text"``) and its thought
   summaries (``thought: true``) to block ``2c + 1`` (``"reasoning"``); empty text parts (e.g.
-  carrying only a ``thoughtSignature``) are not recorded.
+  carrying only a ``thoughtSignature``) are not recorded. A ``text`` that is not a string, and a
+  ``usageMetadata`` token count present but not a non-negative integer, are ``invalid_event``.
 - Tool calls: each ``functionCall`` part is one complete call; ``index`` is its ordinal in the
   response (0, 1, ... across chunks and candidates), ``id`` the part's ``id`` when sent (else
   ``None``), ``arguments`` the ``args`` object serialised compactly with orjson (``""`` when
@@ -421,6 +422,8 @@ class GeminiAdapter(AdapterBase):
                 out.append(ContentDelta(None, 2 * candidate + 1, text, "reasoning"))
             else:
                 out.append(ContentDelta(None, 2 * candidate, text, "text"))
+        elif text is not None and not isinstance(text, str):
+            out.append(Violation(V.INVALID_EVENT, None, f"part text is not a string: {text!r:.40} dropped"))
         call = part.get("functionCall")
         if isinstance(call, dict):
             self._function_call(candidate, call, out)
@@ -615,9 +618,14 @@ _COUNT_KEYS = frozenset({"promptTokenCount", "candidatesTokenCount", "thoughtsTo
 
 
 def _usage(meta: Any, out: Out) -> None:
-    """``usageMetadata`` running totals -> one ``UsageEvent`` when it has any count."""
+    """``usageMetadata`` running totals -> one ``UsageEvent`` when it has any count; a count
+    present but not a non-negative integer is an ``invalid_event``."""
     if not isinstance(meta, dict):
         return
+    for key in sorted(_COUNT_KEYS):
+        if meta.get(key) is not None and _count(meta, key) is None:
+            detail = f"usageMetadata.{key} is not a token count: {meta[key]!r:.40}"
+            out.append(Violation(V.INVALID_EVENT, None, detail))
     prompt = _count(meta, "promptTokenCount")
     candidates = _count(meta, "candidatesTokenCount")
     thoughts = _count(meta, "thoughtsTokenCount")

@@ -460,6 +460,10 @@ class OpenAIResponsesAdapter(AdapterBase):
         usage = response.get("usage")
         if isinstance(usage, dict):
             tokens_in, tokens_out = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
+            for key, value in (("input_tokens", tokens_in), ("output_tokens", tokens_out)):
+                if value is None and usage.get(key) is not None:
+                    detail = f"usage.{key} is not a token count: {usage[key]!r:.40}"
+                    out.append(Violation(V.INVALID_EVENT, seq, detail))
             if tokens_in is not None or tokens_out is not None:
                 out.append(UsageEvent(seq, tokens_in, tokens_out))
         out.append(StreamEnd(seq))

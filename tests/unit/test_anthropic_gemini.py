@@ -594,3 +594,26 @@ def test_gemini_streamed_args_bad_paths_and_caps():
     args = orjson.loads(call.arguments)
     # 1000 values attempted: s, list[0], the two conflicting ones, then k0 .. k995
     assert args["s"] == "text" and args["list"] == [1] and len(args) == 998 and "k995" in args
+
+
+@pytest.mark.parametrize(("text", "shown"), [(5, "5"), ({}, "{}"), ([1], "[1]"), (True, "True")])
+def test_gemini_part_text_of_the_wrong_type_is_a_violation(text, shown):
+    """Regression (trial audit): a part whose ``text`` is not a string was dropped without a
+    trace; now an ``invalid_event`` violation, the chunk's other parts still mapped."""
+    out = GeminiAdapter().on_message(frame({"candidates": [{"content": {"parts": [{"text": text}, {"text": "B"}]}}]}))
+    assert out == [
+        Violation("invalid_event", None, f"part text is not a string: {shown} dropped"),
+        ContentDelta(None, 0, "B", "text"),
+    ]
+
+
+def test_gemini_token_counts_of_the_wrong_type_are_violations():
+    """Regression (trial audit): a ``usageMetadata`` count present but not a non-negative
+    integer was ignored without a trace; the valid counts are still reported."""
+    meta = {"promptTokenCount": "x", "candidatesTokenCount": 3, "thoughtsTokenCount": -1}
+    out = GeminiAdapter().on_message(frame({"candidates": [], "usageMetadata": meta}))
+    assert [(v.kind, v.detail) for v in out if isinstance(v, Violation)] == [
+        ("invalid_event", "usageMetadata.promptTokenCount is not a token count: 'x'"),
+        ("invalid_event", "usageMetadata.thoughtsTokenCount is not a token count: -1"),
+    ]
+    assert [e for e in out if isinstance(e, UsageEvent)] == [UsageEvent(None, None, 3)]

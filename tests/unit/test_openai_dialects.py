@@ -731,3 +731,14 @@ def test_chat_absent_or_null_fields_are_not_violations():
         sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": None, "completion_tokens": 2}}),
     )
     assert kinds(out) == []
+
+
+def test_responses_token_counts_of_the_wrong_type_are_violations():
+    """Regression (trial audit): a ``response.usage`` count present but not a non-negative
+    integer was ignored without a trace; the valid count is still reported."""
+    response = {"id": "r1", "model": "m", "status": "completed", "usage": {"input_tokens": "4", "output_tokens": 2}}
+    out = feed(OpenAIResponsesAdapter(), ev("response.completed", 0, response=response))
+    assert [(v.kind, v.seq, v.detail) for v in out if isinstance(v, Violation)] == [
+        ("invalid_event", 0, "usage.input_tokens is not a token count: '4'")
+    ]
+    assert [e for e in out if isinstance(e, UsageEvent)] == [UsageEvent(0, None, 2)]
