@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL[@ADDON][:OPTION=VALUE,...]",
                     help="another addon proxy measured in the same rounds, e.g. unsliced:observer_tap_slice_us=0 "
-                         "or old@/tmp/llm_audit_old.py (repeatable; figures without target)")
+                         "or old@bench/old_addon.py, a path relative to the repo (repeatable; figures without target)")
     ap.add_argument("--direct", action="store_true", help="also run the load without a proxy (context; +1 run per transport)")
     ap.add_argument("--smoke", action="store_true", help="seconds: 10 streams x 20 events x 10 ms")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")
