@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 
 from observer.dialects.standard import base64_decoded_size
-from observer.events import ErrorEvent
+from observer.events import ErrorEvent, UsageEvent
 from observer.records import RequestFacts, Violation, ViolationKind
 
 V = ViolationKind
@@ -37,6 +37,18 @@ def is_int(v: Any) -> bool:
 def count(v: Any) -> int | None:
     """A non-negative JSON integer (a token count), else ``None``."""
     return v if is_int(v) and v >= 0 else None
+
+
+def usage_event(usage: dict[str, Any], in_key: str, out_key: str, seq: int | None, out: list[Any]) -> None:
+    """Appends a ``UsageEvent(seq, usage[in_key], usage[out_key])`` when either is a token count
+    (:func:`count`); a count present, not null and not a token count is an ``invalid_event``
+    (``seq``) and is left out."""
+    tokens_in, tokens_out = count(usage.get(in_key)), count(usage.get(out_key))
+    for key, value in ((in_key, tokens_in), (out_key, tokens_out)):
+        if value is None and usage.get(key) is not None:
+            out.append(Violation(V.INVALID_EVENT, seq, f"usage.{key} is not a token count: {usage[key]!r:.40}"))
+    if tokens_in is not None or tokens_out is not None:
+        out.append(UsageEvent(seq, tokens_in, tokens_out))
 
 
 def text(v: Any) -> str | None:

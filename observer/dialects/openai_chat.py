@@ -32,7 +32,6 @@ from observer.dialects._openai_common import (
     INT64_MAX,
     arguments,
     call_id,
-    count,
     error_event,
     is_int,
     load_object,
@@ -40,6 +39,7 @@ from observer.dialects._openai_common import (
     read_tools,
     reduce_binary,
     text,
+    usage_event,
 )
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
 from observer.events import (
@@ -51,7 +51,6 @@ from observer.events import (
     StreamStart,
     ToolCallDelta,
     ToolCallEvent,
-    UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import JSONFrame
@@ -236,13 +235,7 @@ class OpenAIChatAdapter(AdapterBase):
             groq = obj.get("x_groq")  # Groq streams put the totals in the final chunk's x_groq.usage
             usage = groq.get("usage") if isinstance(groq, dict) else None
         if isinstance(usage, dict):
-            tokens_in, tokens_out = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
-            for key, value in (("prompt_tokens", tokens_in), ("completion_tokens", tokens_out)):
-                if value is None and usage.get(key) is not None:
-                    detail = f"usage.{key} is not a token count: {usage[key]!r:.40}"
-                    out.append(Violation(V.INVALID_EVENT, None, detail))
-            if tokens_in is not None or tokens_out is not None:
-                out.append(UsageEvent(None, tokens_in, tokens_out))
+            usage_event(usage, "prompt_tokens", "completion_tokens", None, out)
         if whole:
             out.append(StreamEnd(None))
         return out

@@ -34,7 +34,6 @@ from observer.dialects._openai_common import (
     SequenceCheck,
     arguments,
     call_id,
-    count,
     error_event,
     is_int,
     load_object,
@@ -42,6 +41,7 @@ from observer.dialects._openai_common import (
     read_tools,
     reduce_binary,
     text,
+    usage_event,
 )
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
 from observer.events import (
@@ -52,7 +52,6 @@ from observer.events import (
     StreamEnd,
     StreamStart,
     ToolCallDelta,
-    UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import JSONFrame
@@ -459,13 +458,7 @@ class OpenAIResponsesAdapter(AdapterBase):
             out.append(StopEvent(seq, status, status))
         usage = response.get("usage")
         if isinstance(usage, dict):
-            tokens_in, tokens_out = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
-            for key, value in (("input_tokens", tokens_in), ("output_tokens", tokens_out)):
-                if value is None and usage.get(key) is not None:
-                    detail = f"usage.{key} is not a token count: {usage[key]!r:.40}"
-                    out.append(Violation(V.INVALID_EVENT, seq, detail))
-            if tokens_in is not None or tokens_out is not None:
-                out.append(UsageEvent(seq, tokens_in, tokens_out))
+            usage_event(usage, "input_tokens", "output_tokens", seq, out)
         out.append(StreamEnd(seq))
 
 
