@@ -61,22 +61,18 @@ class _Parts(list):
         self.joined = 0
 
 
-def _coalesce(parts: list[str]) -> None:
-    """Joins the pieces after the already-coalesced runs (a plain list: all of them)."""
-    if parts.__class__ is _Parts:
-        j = parts.joined  # type: ignore[attr-defined]
-        parts[j:] = ["".join(parts[j:])]
-        parts.joined = j + 1  # type: ignore[attr-defined]
-    else:
-        parts[:] = ["".join(parts)]
+def _coalesce(parts: _Parts) -> None:
+    """Joins the pieces after the already-coalesced runs into one run."""
+    j = parts.joined
+    parts[j:] = ["".join(parts[j:])]
+    parts.joined = j + 1
 
 
-def _append(parts: list[str], text: str) -> None:
+def _append(parts: _Parts, text: str) -> None:
     """Appends ``text``; every ``_COALESCE_PARTS`` new pieces are joined into one, so memory
-    stays proportional to the characters kept, not to the number of deltas (amortised O(n)
-    for a ``_Parts``)."""
+    stays proportional to the characters kept, not to the number of deltas (amortised O(n))."""
     parts.append(text)
-    if len(parts) - getattr(parts, "joined", 0) >= _COALESCE_PARTS:
+    if len(parts) - parts.joined >= _COALESCE_PARTS:
         _coalesce(parts)
 
 
@@ -291,9 +287,9 @@ class Reassembler:
         runs. Same precondition as :meth:`fragment`."""
         entry = self._fragments.get(key)
         if entry is None or not self._extend(entry[1], pieces):
+            fragment = self.fragment
             for p in pieces:
-                self._events += 1
-                self._on_tool_fragment(seq, key, index, id, name, p)
+                fragment(seq, key, index, id, name, p)
             return
         _fill_call(entry[0], index, id, name)
 

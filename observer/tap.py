@@ -253,15 +253,18 @@ class StreamObserver:
             return
         self._consume(plain, now_s)
 
-    def _framed(self, data: bytes, now_s: float) -> None:
-        """A plain chunk straight to the framer (its messages reach ``_sink`` or, not JSON, the
-        general path)."""
+    def _frame(self, data: bytes, now_s: float) -> None:
+        """Feeds plain bytes to the framer and dispatches what it completes (its messages reach
+        ``_sink`` or, not JSON, the general path)."""
         self._now = now_s
-        framer = self._framer
-        items = framer.feed(data)
+        items = self._framer.feed(data)
         if items:
             self._dispatch_all(items, now_s)
-        self._lane = self._can_lane and not self._broken and framer.idle
+
+    def _framed(self, data: bytes, now_s: float) -> None:
+        """A plain chunk straight to the framer; the one-message lane opens if it is idle after."""
+        self._frame(data, now_s)
+        self._lane = self._can_lane and not self._broken and self._framer.idle
 
     def _bulk(self, data: bytes, now_s: float) -> None:
         """A chunk of a plain SSE/NDJSON stream with a fast-lane adapter that the one-message
@@ -291,14 +294,10 @@ class StreamObserver:
             # finish that message first. A chunk with no message end only adds to what it holds.
             pos = data.find(sep)
             if pos < 0:
-                items = framer.feed(data)
-                if items:
-                    self._dispatch_all(items, now_s)
+                self._frame(data, now_s)
                 return
             pos += len(sep)
-            items = framer.feed(data[:pos])
-            if items:
-                self._dispatch_all(items, now_s)
+            self._frame(data[:pos], now_s)
             if self._broken:
                 return
             if not framer.idle:
@@ -311,9 +310,7 @@ class StreamObserver:
             if self._broken:
                 return
             if pos < n:
-                items = framer.feed(data[pos:] if pos else data)
-                if items:
-                    self._dispatch_all(items, now_s)
+                self._frame(data[pos:] if pos else data, now_s)
         self._lane = not self._broken and framer.idle
 
     def _messages_lane(self, data: bytes, pos: int, sep: bytes, now_s: float) -> int:
@@ -503,10 +500,7 @@ class StreamObserver:
             if room > 0:
                 self._body += plain[:room]
             return
-        self._now = now_s
-        items = self._framer.feed(plain)
-        if items:
-            self._dispatch_all(items, now_s)
+        self._frame(plain, now_s)
 
     def _sink(
         self, event_b: bytes, raw: bytes, size: int, last_id: str | None, retry: int | None, out: list
@@ -584,7 +578,7 @@ class StreamObserver:
         r = self._reassembler
         apply = r.apply
         on_message = self._adapter.on_message
-        cap = self._limits.max_stream_events
+        cap = self._cap
         for item in items:
             if self._broken:
                 return
@@ -602,9 +596,6 @@ class StreamObserver:
                     r.violation(ev)
                 else:
                     apply(ev, now_s)
-
-    def _dispatch(self, item: object, now_s: float) -> None:
-        self._dispatch_all([item], now_s)
 
     def _apply(self, items: list, now_s: float) -> None:
         if self._run:
@@ -634,8 +625,6 @@ class StreamObserver:
         self._closed = True
         self._lane = False
         self._can_lane = False
-        if self._run:
-            self._flush()
         ex = self._exchange
         if not self._broken and self._decoder is not None:
             try:
@@ -655,7 +644,7 @@ class StreamObserver:
         ex.transport_error = transport_error
         ex.ended_at = utc_from_epoch(ended_at_s if ended_at_s is not None else now_s)
         if self._run:
-            self._flush()
+            self._flush()  # what the closing steps above did not flush already
         readable = self._body is None and not self._broken
         self._reassembler.finish(ex, end, request_start_s=ex.started_at.timestamp(), readable=readable)
         if self._body is not None:

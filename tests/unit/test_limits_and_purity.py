@@ -139,9 +139,9 @@ def test_long_names_and_details_are_clipped():
 
 def test_one_char_deltas_are_coalesced():
     """Trial finding: 8M one-character deltas held ~58 B per character; pieces are joined."""
-    from observer.reassembly import _append
+    from observer.reassembly import _append, _Parts
 
-    parts: list[str] = []
+    parts = _Parts()
     for _ in range(10_000):
         _append(parts, "x")
     assert len(parts) < 256 and "".join(parts) == "x" * 10_000
