@@ -619,6 +619,15 @@ def test_sdk_streams_fixture_through_proxy(dialect: str, case: str, replay: Repl
         # events after it and the end-of-stream violation cannot match the fixture's.
         for k in ("violations", "events"):
             want.pop(k, None)
+    elif run.error is not None and "violations" in want:
+        # The SDK read every byte, raised on the error chunk and closed its connection at once:
+        # the proxy may see that close before the upstream's end of the body (a race; seen once in
+        # CI on gemini/error_chunk), and the record then truly says the client aborted. Exactly that
+        # one alternative ending is accepted; everything else must still match.
+        ended = {"upstream closed the stream before stream.end": "client aborted before stream.end"}
+        if any(v["kind"] == "missing_stream_end" and v["detail"] in ended.values() for v in rec["violations"]):
+            want["violations"] = [dict(v, detail=ended.get(v["detail"], v["detail"]))
+                                  if v["kind"] == "missing_stream_end" else v for v in want["violations"]]  # fmt: skip
     try:
         assert_matches(rec, want)
     except AssertionError as e:
