@@ -39,8 +39,9 @@ from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
 from observer.redact import redact_path
-from observer.tap import StreamObserver, request_only_record
+from observer.tap import StreamObserver, feed_pending, request_only_record
 from observer.wire.content import LIMIT_CODE, make_decoder
+from observer.worker import WorkerDied, WorkerLink
 
 log = logging.getLogger("observer.addon")
 
@@ -54,8 +55,8 @@ class _FlowState:
     A plain slotted class, not a dataclass: mitmproxy loads ``-s`` scripts without registering
     them in ``sys.modules``, which ``dataclasses`` needs."""
 
-    __slots__ = ("client_id", "dialect", "exchange", "finished", "observer", "parsed", "request_tap", "tap", "view",
-                 "violations")  # fmt: skip
+    __slots__ = ("client_id", "dialect", "exchange", "fid", "finish_args", "finished", "headers", "observer",
+                 "parsed", "request_tap", "tap", "view", "violations")  # fmt: skip
 
     def __init__(self, dialect: Dialect, exchange: Exchange, view: RequestView, client_id: str = "") -> None:
         self.dialect = dialect
@@ -68,6 +69,12 @@ class _FlowState:
         self.tap: StreamTap | None = None
         self.violations: list[Violation] = []
         self.finished = False
+        # Worker mode: the flow's id in the worker (None: observed in-process), the response's
+        # Content-Type and Content-Encoding (to observe in-process if the worker dies), and the
+        # arguments of ``_complete`` once the record was asked of the worker.
+        self.fid: int | None = None
+        self.headers: tuple[str | None, str | None] = (None, None)
+        self.finish_args: tuple | None = None
 
 
 class TapBatcher:
@@ -241,35 +248,57 @@ class StreamTap:
             return True
         self._pending = []
         self._pending_bytes = 0
-        obs = self._observer
-        i, n = 0, len(pending)
+        i = feed_pending(self._observer, pending, deadline, clock)
+        if i < len(pending):  # the slice ran out
+            rest = pending[i:]
+            rest += self._pending  # (empty: nothing runs in between; kept in order anyway)
+            self._pending = rest
+            self._pending_bytes = sum(map(len, rest[::2]))
+            return False
+        return True
+
+
+class WorkerTap(StreamTap):
+    """The stream callable of a flow observed by the worker process (``observer.worker``): queues
+    each chunk with its arrival time like ``StreamTap`` and hands each batch to the worker in one
+    frame, instead of parsing it here. Counts what it sent and what it could not send (the link
+    was over its buffer bound: from then on the flow's bytes are only counted, and the worker
+    records ``observer_error``). If the worker dies, the addon sets ``local`` to an in-process
+    observer (already failed: it only counts) and the rest goes there. Never raises."""
+
+    __slots__ = ("_link", "fid", "local", "sent_bytes", "skipped_bytes")
+
+    def __init__(self, fid: int, link: WorkerLink, batcher: TapBatcher | None = None) -> None:
+        super().__init__(None, batcher)  # type: ignore[arg-type]
+        self._link = link
+        self.fid = fid
+        self.local: StreamObserver | None = None
+        self.sent_bytes = 0  # bytes handed to the worker
+        self.skipped_bytes = 0  # bytes forwarded but not handed to the worker (over the link's bound)
+
+    def _observe(self, deadline: float | None, clock: Callable[[], float] | None) -> bool:
+        pending = self._pending
+        if not pending:
+            return True
+        nbytes = self._pending_bytes
+        self._pending = []
+        self._pending_bytes = 0
         try:
-            feed = obs.feed
-            while i < n:
-                if n - i > 2 and not obs.needs_arrival_times:
-                    # The rest in one feed (one loop over its messages instead of one call per
-                    # chunk): no later arrival time can change the record any more.
-                    chunk, now = b"".join(pending[i:n:2]), pending[n - 1]
-                    i = n
-                    feed(chunk, now)
-                    break
-                i += 2
-                feed(pending[i - 2], pending[i - 1])
-                if deadline is not None and i < n and clock() >= deadline:  # type: ignore[misc]
-                    rest = pending[i:]
-                    rest += self._pending  # (empty: nothing runs in between; kept in order anyway)
-                    self._pending = rest
-                    self._pending_bytes = sum(map(len, rest[::2]))
-                    return False
-        except Exception as exc:  # fail open: stop observing, keep forwarding
-            try:
-                obs.fail(exc)
-                while i < n:  # a broken observer only counts the bytes
-                    obs.feed(pending[i], pending[i + 1])
-                    i += 2
-            except Exception:  # noqa: BLE001 - never out of the tap
-                pass
-            log.error("observer error on a stream; observation stopped for this flow", exc_info=True)
+            local = self.local
+            if local is None:
+                if not self.skipped_bytes and self._link.data(self.fid, pending, nbytes):
+                    self.sent_bytes += nbytes
+                    return True
+                local = self.local  # set if the worker was found dead just now
+                if local is None:
+                    if not self.skipped_bytes:
+                        log.error("observer: worker link over its buffer bound; flow %s no longer observed", self.fid)
+                    self.skipped_bytes += nbytes
+                    return True
+            for i in range(0, len(pending), 2):
+                local.feed(pending[i], pending[i + 1])
+        except Exception:  # noqa: BLE001 - never out of the tap
+            log.error("observer: worker tap failed", exc_info=True)
         return True
 
 
@@ -322,14 +351,22 @@ class LLMAudit:
     it; by default (``sink=None``) a ``RecordWriter`` on ``observer_db`` is started in
     ``running`` and closed in ``done``."""
 
-    def __init__(self, sink: Sink | None = None, registry: DialectRegistry | None = None) -> None:
+    def __init__(
+        self, sink: Sink | None = None, registry: DialectRegistry | None = None, worker: bool | None = None
+    ) -> None:
         self._sink = sink
+        self._custom_registry = registry is not None
         self._registry = registry or default_registry()
         self._writer = None
         self._limits = Limits()
         self._batcher = TapBatcher()
         self._open: dict[str, _FlowState] = {}  # flow.id -> state of every observed, unfinished flow
         self._by_client: dict[str, set[str]] = {}  # client connection id -> ids of its open flows
+        self._use_worker = worker  # None: the observer_worker option decides
+        self._link: WorkerLink | None = None  # the worker process, while it lives
+        self._remote: dict[int, _FlowState] = {}  # fid -> flows whose record the worker will make
+        self._next_fid = 0
+        self.worker_deaths = 0
         self.records_submitted = 0
         self.records_dropped = 0
         self.hook_errors = 0
@@ -349,6 +386,15 @@ class LLMAudit:
             " collector's reach (gc.freeze), so full collections stop scanning them.",
         )
         loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
+        loader.add_option(
+            "observer_worker", bool, True,
+            "Parse streams in a worker process (python -m observer.worker), off the proxy's thread;"
+            " false: in the proxy process.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_worker_buffer_mb", int, 64,
+            "Most stream data waiting for the worker, in MiB; a flow that would pass it is no longer observed.",
+        )  # fmt: skip
         loader.add_option(
             "observer_tap_batch_ms", int, 50,
             "Streamed chunks are parsed in batches this often, in ms (0: inline, per chunk). Never delays the client.",
@@ -379,12 +425,21 @@ class LLMAudit:
             if us < 0:
                 raise exceptions.OptionsError(f"observer_tap_slice_us must be >= 0, got {us}")
             self._batcher.slice_s = us / 1e6
+        if "observer_worker_buffer_mb" in updated and ctx.options.observer_worker_buffer_mb <= 0:
+            raise exceptions.OptionsError(
+                f"observer_worker_buffer_mb must be a positive integer, got {ctx.options.observer_worker_buffer_mb}"
+            )
         if "observer_db" in updated and not ctx.options.observer_db.strip():
             raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
 
     def running(self) -> None:
-        if self._sink is not None or self._writer is not None:
-            return
+        if self._sink is None and self._writer is None:
+            self._start_writer()
+            if ctx.options.observer_gc_freeze:
+                _freeze_startup_heap()
+        self._start_worker()
+
+    def _start_writer(self) -> None:
         from observer.store.migrate import upgrade
         from observer.store.store import AuditStore
         from observer.store.writer import RecordWriter
@@ -399,8 +454,28 @@ class LLMAudit:
         self._writer.start()
         self._sink = self._writer.submit
         log.info("observer: recording LLM exchanges to %s", _safe_url(url))
-        if ctx.options.observer_gc_freeze:
-            _freeze_startup_heap()
+
+    def _start_worker(self) -> None:
+        """Starts the worker process when wanted (``worker`` argument, else the
+        ``observer_worker`` option) and possible (a running loop, the default dialect registry:
+        the worker builds its own). If it cannot start, streams are observed in-process."""
+        want = self._use_worker if self._use_worker is not None else getattr(ctx.options, "observer_worker", False)
+        if not want or self._link is not None:
+            return
+        if self._custom_registry:
+            log.warning("observer: custom dialect registry: observing in-process (the worker has the default one)")
+            return
+        buffer_mb = getattr(ctx.options, "observer_worker_buffer_mb", 64)
+        link = WorkerLink(
+            on_record=self._worker_record, on_death=self._worker_died, max_buffer_bytes=buffer_mb << 20
+        )
+        try:
+            link.start(asyncio.get_running_loop())
+        except Exception:
+            log.error("observer: cannot start the worker process; observing in-process", exc_info=True)
+            return
+        self._link = link
+        log.info("observer: parsing streams in worker process %s", link.pid)
 
     def done(self) -> None:
         # Flows still streaming when the proxy stops never see ``response``/``error`` before the
@@ -411,6 +486,13 @@ class LLMAudit:
         open_states, self._open, self._by_client = list(self._open.values()), {}, {}
         for state in open_states:
             self._finish(state, EndCause.SHUTDOWN, now=now, message="observer shut down", status=None)
+        link = self._link
+        if link is not None:  # the worker's last records (or, if it fails to stop, in-process ones)
+            stopped = link.close(timeout_s=10.0)
+            log.info("observer: worker %s (%d frames, %d bytes sent, %d data batches refused)",
+                     "stopped" if stopped else "lost", link.frames_sent, link.bytes_sent,
+                     link.data_refused)  # fmt: skip
+            self._link = None
         if self._writer is not None:
             self._writer.close(timeout_s=10.0)
             log.info("observer: writer closed %s", self._writer.stats())
@@ -495,16 +577,17 @@ class LLMAudit:
             ex.status_code = resp.status_code
             ex.violations.extend(state.violations)
             state.violations.clear()
-            state.observer = StreamObserver(
-                state.dialect,
-                ex,
-                view=state.view,
-                status_code=resp.status_code,
-                content_type=resp.headers.get("content-type"),
-                content_encoding=resp.headers.get("content-encoding"),
-                limits=self._limits,
-            )
-            state.tap = StreamTap(state.observer, self._batcher)
+            state.headers = (resp.headers.get("content-type"), resp.headers.get("content-encoding"))
+            link = self._link
+            if link is not None and link.alive:
+                fid = state.fid = self._next_fid
+                self._next_fid += 1
+                self._remote[fid] = state
+                link.open(fid, state.dialect.name, ex, state.view, resp.status_code, *state.headers, self._limits)
+                state.tap = WorkerTap(fid, link, self._batcher)
+            else:
+                state.observer = self._local_observer(state)
+                state.tap = StreamTap(state.observer, self._batcher)
             flow.response.stream = state.tap
         except Exception as exc:
             flow.response.stream = True  # fail open: the client still gets its stream
@@ -628,12 +711,25 @@ class LLMAudit:
         status: int | None,
         ended_at: float | None = None,
     ) -> None:
-        """Completes one record and submits it (once per flow)."""
+        """Completes one record and submits it (once per flow); in worker mode asks the worker
+        for it (``_worker_record`` submits it when it comes back)."""
         state.finished = True
         if state.tap is not None:
             state.tap.flush()  # chunks still waiting for the batch sweep
         if not state.parsed:
             self._request_not_received(state)
+        state.finish_args = (end, now, message, status, ended_at)
+        if state.fid is not None and state.fid in self._remote and self._link is not None:
+            skipped = state.tap.skipped_bytes if isinstance(state.tap, WorkerTap) else 0
+            self._link.finish(state.fid, end, now, ended_at, message, skipped)
+            return
+        self._complete(state, end, now, message, status, ended_at)
+
+    def _complete(
+        self, state: _FlowState, end: EndCause, now: float, message: str | None, status: int | None,
+        ended_at: float | None,
+    ) -> None:  # fmt: skip
+        """Builds the flow's record in-process and submits it."""
         try:
             if state.observer is None:  # no response headers (or their hook failed)
                 record = request_only_record(state.exchange, end, now_s=now, transport_error=message)
@@ -648,6 +744,54 @@ class LLMAudit:
             record.transport_error = message
             record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}"))
         self._submit(record)
+
+    # ----- worker -----
+    def _local_observer(self, state: _FlowState) -> StreamObserver:
+        ex = state.exchange
+        return StreamObserver(
+            state.dialect,
+            ex,
+            view=state.view,
+            status_code=ex.status_code if ex.status_code is not None else 0,
+            content_type=state.headers[0],
+            content_encoding=state.headers[1],
+            limits=self._limits,
+        )
+
+    def _worker_record(self, fid: int, record: Exchange) -> None:
+        """A record the worker made: the addon's own violations of the flow are added, then it
+        is submitted."""
+        state = self._remote.pop(fid, None)
+        if state is None:
+            log.error("observer: the worker returned a record for unknown flow %s", fid)
+            return
+        record.violations.extend(state.violations)
+        self._submit(record)
+
+    def _worker_died(self, reason: str) -> None:
+        """Every flow the worker held continues in-process with an observer that has failed
+        (``observer_error`` naming the reason; it counts the bytes still to come): its record
+        keeps the skeleton (request facts, status, timings) and the bytes forwarded, not the
+        stream's content. Flows already finished get their record now; new flows are observed
+        in-process."""
+        self.worker_deaths += 1
+        self._link = None
+        remote, self._remote = self._remote, {}
+        for state in remote.values():
+            try:
+                tap = state.tap
+                sent = (tap.sent_bytes + tap.skipped_bytes) if isinstance(tap, WorkerTap) else 0
+                state.exchange.response_bytes = sent
+                obs = self._local_observer(state)
+                obs.fail(WorkerDied(reason))
+                state.observer = obs
+                state.fid = None
+                if isinstance(tap, WorkerTap):
+                    tap.local = obs
+                if state.finish_args is not None:
+                    self._complete(state, *state.finish_args)
+            except Exception:  # noqa: BLE001 - one flow's failure must not lose the others
+                self._hook_failed("worker death")
 
     def _request_not_received(self, state: _FlowState) -> None:
         """Records that the exchange ended before the request body was complete (neither the

@@ -170,6 +170,50 @@ def cpu_seconds(pid: int) -> float:
     return (int(parts[11]) + int(parts[12])) / CLK_TCK
 
 
+def descendants(pid: int) -> list[int]:
+    """The pids of the live processes started by ``pid`` and by them, recursively (Linux
+    ``/proc/<pid>/task/<tid>/children``); empty when there are none or ``pid`` is gone."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``, its live descendants (the observer's worker process) and its
+    reaped children (``cutime``/``cstime``): what the proxy costs, wherever it parses. Raises
+    OSError if ``pid`` is gone; a descendant that exits meanwhile is skipped."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    parts = stat.rsplit(")", 1)[1].split()
+    total = sum(int(parts[i]) for i in (11, 12, 13, 14)) / CLK_TCK
+    for kid in descendants(pid):
+        with _suppress():
+            total += cpu_seconds(kid)
+    return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` plus its live descendants (the observer's worker process),
+    in bytes. Raises OSError if ``pid`` is gone."""
+    total = rss_bytes(pid)
+    for kid in descendants(pid):
+        with _suppress():
+            total += rss_bytes(kid)
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of process ``pid`` in bytes (``/proc/<pid>/statm``). Raises OSError if gone."""
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_SIZE

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import Report, cpu_seconds  # noqa: E402
+from bench._common import Report, tree_cpu_seconds  # noqa: E402
 from bench._procs import (  # noqa: E402
     TRANSPORTS,
     Upstream,
@@ -63,11 +63,11 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
                     order = ["baseline", "addon"] if (rnd + ti) % 2 == 0 else ["addon", "baseline"]
                     for k in order:
                         pid = procs[k].proc.pid  # type: ignore[union-attr]
-                        cpu0 = cpu_seconds(pid)
+                        cpu0 = tree_cpu_seconds(pid)
                         r = await fetch_sse(targets[k], t, f"/v1/bulk?bytes={nbytes}", body, timeout=args.timeout,
                                             keep_events=False)
                         await asyncio.sleep(SETTLE_S)
-                        cpu1 = cpu_seconds(pid)
+                        cpu1 = tree_cpu_seconds(pid)
                         if r.error or r.t_end is None:
                             raise RuntimeError(f"{t}/{k}: bulk stream failed: {r.error}")
                         secs = r.t_end - r.t_start

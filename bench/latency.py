@@ -47,7 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import Report, cpu_seconds  # noqa: E402
+from bench._common import Report, tree_cpu_seconds  # noqa: E402
 from bench._procs import (  # noqa: E402
     TRANSPORTS,
     SSEResult,
@@ -158,9 +158,9 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, n
                         tid = f"lat-{seq}"
                         path = f"/v1/stream?script=long&stamp=all&n={args.events}&gap_ms={args.gap_ms:g}&tid={tid}"
                         pid = procs[c].proc.pid if c in procs and procs[c].proc else None
-                        cpu0 = cpu_seconds(pid) if pid else None
+                        cpu0 = tree_cpu_seconds(pid) if pid else None
                         r = await fetch_sse(targets[c], t, path, body, timeout=stream_timeout)
-                        cpu1 = cpu_seconds(pid) if pid else None
+                        cpu1 = tree_cpu_seconds(pid) if pid else None
                         res = results[(t, c)]
                         res.add(r, upstream_times(up, tid))
                         if cpu0 is not None and cpu1 is not None:

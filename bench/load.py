@@ -56,7 +56,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import Report, cpu_seconds  # noqa: E402
+from bench._common import Report, cpu_seconds, tree_cpu_seconds  # noqa: E402
 from bench._procs import (  # noqa: E402
     TRANSPORTS,
     Upstream,
@@ -139,12 +139,12 @@ async def one_run(target: Any, pid: int | None, transport: str, args: argparse.N
     body = llm_request(args.events)
     res.loadavg.append(_loadavg())
     o0 = sum(cpu_seconds(p) for p in others)
-    cpu0, t0 = (cpu_seconds(pid) if pid else 0.0), time.monotonic()
+    cpu0, t0 = (tree_cpu_seconds(pid) if pid else 0.0), time.monotonic()
     steady_from = time.time() + args.spread_s + RAMP_EXTRA_S
     results = await run_concurrent(target, transport, [path] * args.streams, body, spread_s=args.spread_s,
                                    timeout=timeout)
     await asyncio.sleep(SETTLE_S)
-    cpu1, t1 = (cpu_seconds(pid) if pid else 0.0), time.monotonic()
+    cpu1, t1 = (tree_cpu_seconds(pid) if pid else 0.0), time.monotonic()
     res.others_cpu_s += sum(cpu_seconds(p) for p in others) - o0
     res.runs += 1
     res.cpu_s += cpu1 - cpu0

@@ -14,7 +14,8 @@ chunked SSE body to its end (``N + 4`` events), and starts the next stream at on
 ``--events-min..--events-max`` (30..60) at ``--gap-ms`` (1,000) apart, so a stream lasts 30-60 s at
 1 event/s and about 1,000 are always open. Slots start spread over ``--ramp-seconds``.
 
-Figures (RSS from ``/proc/<pid>/statm``, sampled every ``--sample-seconds``):
+Figures (RSS from ``/proc/<pid>/statm`` of the proxy plus its worker process, sampled every
+``--sample-seconds``):
 
 - idle RSS of each proxy (after a few warm-up streams), RSS with all streams open (ramp end +
   a few seconds) and the growth; the observer's growth with the baseline's as the baseline
@@ -51,7 +52,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import Report, cpu_seconds, rss_bytes  # noqa: E402
+from bench._common import Report, tree_cpu_seconds, tree_rss_bytes  # noqa: E402
 from bench._procs import Upstream as UpstreamProc  # noqa: E402
 from tests.e2e.harness import MitmdumpProcess  # noqa: E402
 
@@ -243,7 +244,7 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
         print(f"ERROR: warm-up streams failed: {warm.errors}")
         return False
     await asyncio.sleep(1.0 if args.smoke else 2.0)
-    idle = {k: rss_bytes(pid) / MB for k, pid in pids.items()}
+    idle = {k: tree_rss_bytes(pid) / MB for k, pid in pids.items()}
     print(f"# idle RSS: baseline {idle['baseline']:.1f} MB, observer {idle['observer']:.1f} MB", flush=True)
 
     t0 = time.monotonic()
@@ -258,8 +259,8 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
         s: dict[str, float] = {"t": time.monotonic() - t0, "phase": phase}  # type: ignore[dict-item]
         for k, pid in pids.items():
             with contextlib.suppress(OSError):
-                s[f"{k}_rss_mb"] = rss_bytes(pid) / MB
-                s[f"{k}_cpu_s"] = cpu_seconds(pid)
+                s[f"{k}_rss_mb"] = tree_rss_bytes(pid) / MB
+                s[f"{k}_cpu_s"] = tree_cpu_seconds(pid)
             s[f"{k}_open"] = stats[k].open
         samples.append(s)
         return s

@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 import sqlalchemy as sa  # noqa: E402
 
-from bench._common import Report, cpu_seconds  # noqa: E402
+from bench._common import Report, cpu_seconds, tree_cpu_seconds  # noqa: E402
 from bench.memory import LLM_CONTENT_TYPE, ClientStats, UpstreamProc, llm_request_body, raise_nofile  # noqa: E402
 from bench.store import DEFAULT_PG_URL, PgDatabase  # noqa: E402
 from observer.store.migrate import upgrade  # noqa: E402
@@ -274,12 +274,12 @@ async def measure(ports: list[int], pids: list[int], upstream_port: int, args: a
     try:
         await asyncio.sleep(args.warm_seconds)
         ev0, t0 = live.events, time.monotonic()
-        cpu0 = [cpu_seconds(p) for p in pids]
+        cpu0 = [tree_cpu_seconds(p) for p in pids]
         me0 = cpu_seconds(os.getpid())
         up0 = cpu_seconds(upstream_pid)
         await asyncio.sleep(args.window_seconds)
         ev1, t1 = live.events, time.monotonic()
-        cpu1 = [cpu_seconds(p) for p in pids]
+        cpu1 = [tree_cpu_seconds(p) for p in pids]
         me1 = cpu_seconds(os.getpid())
         up1 = cpu_seconds(upstream_pid)
     finally:

@@ -31,6 +31,9 @@ violations are reported as before; the record is the same either way
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import orjson
 
 from observer.dialects.base import Dialect, RequestView, media_type
@@ -40,6 +43,8 @@ from observer.reassembly import EndCause, Reassembler
 from observer.records import ErrorInfo, Exchange, Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.wire.content import ContentDecoder, make_decoder
 from observer.wire.frames import Framing, JSONFrame, make_framer
+
+_log = logging.getLogger("observer.tap")  # bugs caught by feed_pending (fail open), with their traceback
 
 _loads = orjson.loads
 _CR = 0x0D
@@ -675,4 +680,44 @@ def request_only_record(exchange: Exchange, end: EndCause, *, now_s: float, tran
     return exchange
 
 
-__all__ = ["EndCause", "StreamObserver", "request_only_record"]
+def feed_pending(
+    obs: StreamObserver, pending: list, deadline: float | None = None, clock: Callable[[], float] | None = None
+) -> int:
+    """Feeds a flow's queued chunks, ``pending`` = ``[chunk, arrival_s, chunk, arrival_s, ...]``
+    (bytes, epoch seconds; oldest first), to ``obs`` and returns how many items were consumed
+    (``len(pending)`` when all were). The in-process tap (``addons/llm_audit.py``) and the worker
+    process (``observer/worker.py``) both feed through here, so their records are the same.
+
+    Chunk by chunk while ``obs.needs_arrival_times``; after that the rest is joined and fed as
+    one (bulk streams arrive one small event per chunk, and one feed of ~32 KiB parses their
+    events in one loop: bench/bulk.py). With a ``deadline`` (``clock()`` seconds) it stops after
+    the chunk during which the deadline passed. Never raises: an exception from ``obs`` is a bug
+    in our code, so ``obs.fail`` records ``observer_error``, the remaining chunks are fed to the
+    broken observer (which only counts their bytes) and it is logged."""
+    i, n = 0, len(pending)
+    try:
+        feed = obs.feed
+        while i < n:
+            if n - i > 2 and not obs.needs_arrival_times:
+                # No later arrival time can change the record any more.
+                chunk, now = b"".join(pending[i:n:2]), pending[n - 1]
+                i = n
+                feed(chunk, now)
+                break
+            i += 2
+            feed(pending[i - 2], pending[i - 1])
+            if deadline is not None and i < n and clock() >= deadline:  # type: ignore[misc]
+                return i
+    except Exception as exc:  # fail open: stop observing, keep forwarding
+        try:
+            obs.fail(exc)
+            while i < n:
+                obs.feed(pending[i], pending[i + 1])
+                i += 2
+        except Exception:  # noqa: BLE001 - never out of the caller
+            pass
+        _log.error("observer error on a stream; observation stopped for this flow", exc_info=True)
+    return n
+
+
+__all__ = ["EndCause", "StreamObserver", "feed_pending", "request_only_record"]

@@ -1,0 +1,376 @@
+"""The observer worker process (``observer.worker``) and the addon's worker mode.
+
+- frames survive any chunking of the pipe; a corrupt length is an error, not a hang;
+- a record made by the worker equals the record the in-process observer makes from the same
+  chunks and arrival times, for every wire fixture, sans-IO and through a real child process
+  with all cases interleaved on one pipe;
+- the addon in worker mode: a complete stream, a stream open at shutdown (``interrupted`` with
+  its partial text), a worker killed mid-stream (``observer_error`` naming the signal, every
+  forwarded byte counted, the next stream observed in-process), a stopped worker that lets the
+  pipe fill (the flow over the bound is no longer observed, ``observer_error``, bytes counted),
+  and a worker that cannot start or exits at once (streams observed in-process).
+
+Every loop that waits for the child is bounded (``until``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import random
+import signal
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mitmproxy.test import taddons
+
+from addons.llm_audit import LLMAudit, WorkerTap
+from observer.dialects.registry import default_registry
+from observer.limits import Limits
+from observer.records import Exchange
+from observer.tap import StreamObserver
+from observer.worker import DATA, FINISH, OPEN, RECORD, FrameReader, WorkerCore, WorkerLink, encode
+from tests.unit.test_addon import BODY, Sink, llm_flow, open_stream
+from tests.wirefeed import T0, Case, cases, dialect_dirs, load, view_of
+
+
+async def until(cond, timeout_s: float = 15.0) -> None:
+    """Waits (polling every 10 ms) until ``cond()`` is true; fails after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(0.01)
+
+
+# ----- frames -----
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    messages=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 10**6), st.binary(max_size=300), st.floats(allow_nan=False)),
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(0, 5000), max_size=20),
+)
+def test_frames_survive_any_chunking(messages, cuts):
+    wire = b"".join(encode(m) for m in messages)
+    points = sorted({c for c in cuts if 0 < c < len(wire)})
+    reader = FrameReader()
+    got = []
+    for a, b in zip([0, *points], [*points, len(wire)], strict=True):
+        got += reader.feed(wire[a:b])
+    assert got == messages
+    assert reader.pending_bytes == 0
+
+
+def test_a_frame_announcing_more_than_the_maximum_is_an_error():
+    reader = FrameReader()
+    assert reader.feed(b"\x01\x00") == []  # incomplete header: waits
+    with pytest.raises(ValueError, match="corrupt pipe"):
+        reader.feed(b"\x00\x7f")  # 0x7f000001 bytes announced
+
+
+# ----- records: worker == in-process -----
+
+
+def _skeleton(case: Case) -> tuple:
+    dialect = default_registry().get(case.dialect)
+    view = view_of(case)
+    facts, violations = dialect.parse_request(case.request, view)
+    ex = Exchange(
+        id=f"{case.dialect}/{case.name}", dialect=dialect.name, host="127.0.0.1", path=case.path, method="POST",
+        http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=case.status,
+        request=facts, violations=list(violations),
+    )  # fmt: skip
+    return dialect, view, ex
+
+
+def _chunks(case: Case, rng: random.Random) -> list:
+    """``[chunk, arrival_s, ...]``: the body cut at random points, 10 ms apart."""
+    body = case.body
+    points = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randint(0, 12)))) if len(body) > 1 else []
+    parts = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True) if b > a]
+    out: list = []
+    for i, p in enumerate(parts):
+        out += [p, T0 + 0.01 * (i + 1)]
+    return out
+
+
+def _in_process(case: Case, pending: list) -> dict:
+    dialect, view, ex = _skeleton(case)
+    obs = StreamObserver(dialect, ex, view=view, status_code=case.status, content_type=case.content_type,
+                         content_encoding=case.content_encoding, limits=Limits())  # fmt: skip
+    for i in range(0, len(pending), 2):
+        obs.feed(pending[i], pending[i + 1])
+    return obs.finish(case.end, now_s=T0 + 1.0).to_dict()
+
+
+ALL_CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
+
+
+def _open_msg(fid: int, case: Case) -> tuple:
+    dialect, view, ex = _skeleton(case)
+    return (OPEN, fid, dialect.name, ex, view, case.status, case.content_type, case.content_encoding, Limits())
+
+
+def test_worker_core_records_equal_in_process_records():
+    """Sans-IO: every fixture, its chunks sent in three DATA frames (so some are joined), each
+    message through encode/decode (what crosses the pipe: pickled skeletons and limits)."""
+    assert len(ALL_CASES) > 40
+    rng = random.Random(7)
+    core = WorkerCore()
+    reader = FrameReader()
+    for fid, (d, c) in enumerate(ALL_CASES):
+        case = load(d, c)
+        pending = _chunks(case, rng)
+        third = (len(pending) // 6) * 2
+        msgs = [_open_msg(fid, case), (DATA, [(fid, pending[:third])]), (DATA, [(fid, pending[third:])]),
+                (FINISH, fid, case.end, T0 + 1.0, None, None, 0)]  # fmt: skip
+        answers = []
+        for m in msgs:
+            (decoded,) = reader.feed(encode(m))
+            answers += core.handle(decoded)
+        ((kind, got_fid, record),) = answers
+        assert (kind, got_fid) == (RECORD, fid)
+        record = pickle.loads(pickle.dumps(record, protocol=5))
+        assert record.to_dict() == _in_process(case, pending), (d, c)
+    assert core.open_flows == 0
+
+
+def test_worker_process_records_equal_in_process_records():
+    """A real worker process; every fixture's frames interleaved on one pipe."""
+
+    async def run() -> dict[int, Exchange]:
+        got: dict[int, Exchange] = {}
+        deaths: list[str] = []
+        link = WorkerLink(on_record=got.__setitem__, on_death=deaths.append)
+        link.start(asyncio.get_running_loop())
+        rng = random.Random(11)
+        plans = []
+        for fid, (d, c) in enumerate(ALL_CASES):
+            case = load(d, c)
+            plans.append((fid, case, _chunks(case, rng)))
+            link.open(*_open_msg(fid, case)[1:])
+        pieces = {fid: [pending[i : i + 4] for i in range(0, len(pending), 4)] for fid, _, pending in plans}
+        while any(pieces.values()):  # two chunks per flow per round, the flows interleaved
+            for fid, left in pieces.items():
+                if left:
+                    piece = left.pop(0)
+                    assert link.data(fid, piece, sum(map(len, piece[::2])))
+            await asyncio.sleep(0)  # the staged batches of this round go out as one frame
+        for fid, case, _ in plans:
+            link.finish(fid, case.end, T0 + 1.0, None, None, 0)
+        await until(lambda: len(got) == len(plans) or deaths)
+        assert link.close(timeout_s=10.0)
+        assert deaths == []
+        for fid, case, pending in plans:
+            assert got[fid].to_dict() == _in_process(case, pending), (case.dialect, case.name)
+        return got
+
+    assert len(asyncio.run(run())) == len(ALL_CASES)
+
+
+# ----- the addon in worker mode -----
+
+COMPLETE_TEXT = "The weather in Vienna is 24C and sunny."
+DELTA = (b'event: content.delta\ndata: {"type":"content.delta","seq":%d,"index":0,'
+         b'"delta":{"type":"text","text":"x"}}\n\n')  # fmt: skip
+
+
+def drive(scenario) -> tuple[Sink, LLMAudit]:
+    """Runs ``await scenario(addon, sink)`` on a fresh event loop with the addon in worker mode
+    (``running`` called: the worker started, or not), then ``done``; returns the sink and addon."""
+
+    async def run() -> tuple[Sink, LLMAudit]:
+        sink = Sink()
+        addon = LLMAudit(sink=sink, worker=True)
+        with taddons.context(addon):
+            addon.running()
+            await scenario(addon, sink)
+            addon.done()
+        return sink, addon
+
+    return asyncio.run(run())
+
+
+def _worker_pid(addon: LLMAudit) -> int:
+    assert addon._link is not None and addon._link.alive
+    return addon._link.pid  # type: ignore[return-value]
+
+
+def test_addon_worker_records_a_complete_stream():
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        _worker_pid(addon)
+        f = llm_flow()
+        tap = open_stream(addon, f)
+        assert isinstance(tap, WorkerTap)
+        for c in (BODY[:100], BODY[100:101], BODY[101:]):
+            assert tap(c) is c
+        addon.response(f)
+        await until(lambda: sink.records)
+
+    (rec,) = drive(scenario)[0].records
+    assert rec.text == COMPLETE_TEXT
+    assert rec.outcome == "completed"
+    assert rec.usage.input_tokens == 42 and rec.usage.output_tokens == 8
+    assert rec.response_bytes == len(BODY)
+    assert rec.path == "/v1/stream?key=REDACTED&x=1"
+    assert rec.violations == []
+
+
+def test_addon_worker_shutdown_records_open_streams_as_interrupted():
+    """As in-process (test_addon.py): the worker delivers the partial record before ``done`` returns."""
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        _worker_pid(addon)
+        open_stream(addon, llm_flow())(BODY[: BODY.index(b"event: content.delta", BODY.index(b'" weather"'))])
+
+    (rec,) = drive(scenario)[0].records
+    assert rec.outcome == "interrupted"
+    assert rec.text == "The weather"
+    assert [v.kind for v in rec.violations] == ["missing_stream_end"]
+
+
+def test_addon_worker_killed_mid_stream_records_observer_error_and_goes_on_in_process():
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        pid = _worker_pid(addon)
+        f = llm_flow()
+        tap = open_stream(addon, f)
+        tap(BODY[:300])
+        tap.flush()
+        os.kill(pid, signal.SIGKILL)
+        await until(lambda: addon._link is None)
+        tap(BODY[300:])  # after the death: only counted, in-process
+        addon.response(f)
+        assert len(sink.records) == 1
+        g = llm_flow()  # the next stream: in-process, complete
+        tap2 = open_stream(addon, g)
+        assert not isinstance(tap2, WorkerTap)
+        tap2(BODY)
+        addon.response(g)
+
+    sink, addon = drive(scenario)
+    rec, nxt = sink.records
+    assert rec.outcome == "unreadable"  # clean end, content not read
+    assert rec.response_bytes == len(BODY)
+    assert rec.text == ""
+    assert [(v.kind, v.detail) for v in rec.violations] == [
+        ("observer_error", "WorkerDied: worker exited (killed by signal 9)")
+    ]
+    assert rec.request_id == "550e8400-e29b-41d4-a716-446655440000"  # the skeleton's request facts
+    assert nxt.text == COMPLETE_TEXT
+    assert nxt.violations == []
+    assert addon.worker_deaths == 1
+
+
+def test_addon_worker_finish_sent_before_the_death_is_recorded_in_process():
+    """The record was asked of the worker, which died before answering: made in-process."""
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        pid = _worker_pid(addon)
+        os.kill(pid, signal.SIGSTOP)  # it cannot answer
+        f = llm_flow()
+        open_stream(addon, f)(BODY)
+        addon.response(f)
+        assert sink.records == []
+        os.kill(pid, signal.SIGKILL)
+        await until(lambda: sink.records)
+
+    (rec,) = drive(scenario)[0].records
+    assert rec.response_bytes == len(BODY)
+    assert rec.outcome == "unreadable"
+    assert [v.kind for v in rec.violations] == ["observer_error"]
+
+
+def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
+    """A stopped worker: the pipe fills (1 MiB), then the parent's queue reaches its bound; the
+    flow crossing it is no longer sent, its bytes are counted, the client's chunks are the same
+    objects throughout, and once the worker runs again the record says what happened."""
+    seen: dict[str, int] = {"total": 0}
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        pid = _worker_pid(addon)
+        addon._link.max_buffer_bytes = 256 << 10  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGSTOP)
+        f = llm_flow()
+        tap = open_stream(addon, f)
+        start = BODY[: BODY.index(b"event: content.delta")]
+        for i, chunk in enumerate([start] + [DELTA % i for i in range(1, 30001)]):
+            assert tap(chunk) is chunk
+            seen["total"] += len(chunk)
+            if i % 100 == 0:
+                await asyncio.sleep(0)  # the staged batches go to the pipe, then to the queue
+        tap.flush()
+        assert tap.skipped_bytes > 0
+        assert addon._link.queued_bytes > 0  # type: ignore[union-attr]  # the pipe is full
+        seen["refused"] = addon._link.data_refused  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGCONT)
+        addon.response(f)
+        await until(lambda: sink.records)
+
+    (rec,) = drive(scenario)[0].records
+    assert seen["refused"] >= 1
+    assert rec.response_bytes == seen["total"]
+    assert rec.outcome == "unreadable"
+    (err,) = [v for v in rec.violations if v.kind == "observer_error"]
+    assert err.detail.startswith("WorkerDied: worker overloaded: the last ")
+    assert 0 < len(rec.text) < 30000  # what was observed before the bound: a prefix of the x's
+    assert set(rec.text) == {"x"}
+
+
+async def _one_stream_in_process(addon: LLMAudit, sink: Sink) -> None:
+    await until(lambda: addon._link is None)
+    f = llm_flow()
+    tap = open_stream(addon, f)
+    assert not isinstance(tap, WorkerTap)
+    tap(BODY)
+    addon.response(f)
+
+
+def test_addon_worker_that_cannot_start_observes_in_process(monkeypatch):
+    def refuse(self, loop):
+        raise OSError("no such interpreter")
+
+    monkeypatch.setattr(WorkerLink, "start", refuse)
+    sink, addon = drive(_one_stream_in_process)
+    assert sink.records[0].text == COMPLETE_TEXT
+    assert addon.worker_deaths == 0
+
+
+def test_addon_worker_that_exits_at_once_is_noticed_and_streams_are_observed_in_process(monkeypatch):
+    real_init = WorkerLink.__init__
+
+    def init(self, **kw):
+        real_init(self, **kw, python="/bin/false")  # starts, exits with status 1 without reading
+
+    monkeypatch.setattr(WorkerLink, "__init__", init)
+    sink, addon = drive(_one_stream_in_process)
+    assert sink.records[0].text == COMPLETE_TEXT
+    assert addon.worker_deaths == 1
+
+
+def test_worker_option_off_observes_in_process():
+    async def run() -> LLMAudit:
+        addon = LLMAudit(sink=Sink())
+        with taddons.context(addon) as tctx:
+            tctx.configure(addon, observer_worker=False)
+            addon.running()
+            assert addon._link is None
+            addon.done()
+        return addon
+
+    asyncio.run(run())
+
+
+def test_worker_buffer_option_must_be_positive():
+    from mitmproxy import exceptions
+
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError, match="observer_worker_buffer_mb"):
+            tctx.configure(addon, observer_worker_buffer_mb=0)
