@@ -579,13 +579,15 @@ class LLMAudit:
             state.violations.clear()
             state.headers = (resp.headers.get("content-type"), resp.headers.get("content-encoding"))
             link = self._link
-            if link is not None and link.alive:
-                fid = state.fid = self._next_fid
+            fid = self._next_fid
+            if link is not None and link.open(
+                fid, state.dialect.name, ex, state.view, resp.status_code, *state.headers, self._limits
+            ):
                 self._next_fid += 1
+                state.fid = fid
                 self._remote[fid] = state
-                link.open(fid, state.dialect.name, ex, state.view, resp.status_code, *state.headers, self._limits)
                 state.tap = WorkerTap(fid, link, self._batcher)
-            else:
+            else:  # no worker, or it is over its bound: this flow in-process
                 state.observer = self._local_observer(state)
                 state.tap = StreamTap(state.observer, self._batcher)
             flow.response.stream = state.tap

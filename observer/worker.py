@@ -34,8 +34,11 @@ Failure modes, each decided:
   in-process. No record is lost; the stream content of the flows in flight is.
 - The worker falls behind: the parent buffers at most ``max_buffer_bytes`` of frames (memory
   bound); a flow whose data would cross it is no longer sent (``data`` returns False), its later
-  bytes are only counted, and its record gets ``observer_error`` ("worker overloaded"). The client's
-  bytes are never held: the proxy never waits for the worker.
+  bytes are only counted, and its record gets ``observer_error`` ("worker overloaded"); while over
+  half the bound waits, new flows are observed in-process. The client's bytes are never held: the
+  proxy never waits for the worker.
+- The worker hangs (no read and no answer for ``stall_timeout_s`` while something is
+  outstanding): it is killed, then as when it dies ("worker stalled").
 - A bug in the worker's parse: as in-process, that flow's observation stops with ``observer_error``
   and the others go on.
 - The parent goes away: the worker reads EOF on the data pipe and exits. It ignores SIGINT and has
@@ -283,13 +286,19 @@ class WorkerLink:
     - ``start(loop)`` starts ``python -m observer.worker`` (``python``: default ``sys.executable``;
       ``PYTHONPATH``: this process's ``sys.path``) with two pipes; raises ``OSError`` if it cannot
       be started. A worker that starts but cannot run (an import error) exits: a death, as below.
-    - ``open``/``finish`` queue a frame and write what the pipe takes now; the rest is written by a
-      loop writer callback when the pipe drains. ``data`` stages a flow's batch; the batches
+    - ``open`` queues a flow's first frame and returns True, or False (nothing queued: the caller
+      observes that flow itself) when the worker is gone or over half of ``max_buffer_bytes`` is
+      waiting for it (a worker that fell behind gets no new flows, and the flows it has keep the
+      other half for their data).
+    - ``open``/``finish`` write what the pipe takes now; the rest is written by a loop writer
+      callback when the pipe drains. ``data`` stages a flow's batch; the batches
       staged during one loop callback go out as one DATA frame, from a ``call_soon`` callback or
       before the next other frame (so the order of a flow's frames is kept). ``data`` returns
       False, staging nothing, when the queued and staged bytes would pass ``max_buffer_bytes``
-      (the caller stops observing that flow); ``open`` and ``finish`` frames are small and always
-      queued.
+      (the caller stops observing that flow); ``finish`` frames are small and always queued.
+    - A worker that makes no progress (reads nothing from the data pipe and answers nothing)
+      for ``stall_timeout_s`` seconds while frames or answers are outstanding is hung: it is
+      killed, a death as below (checked every ``stall_timeout_s / 4`` seconds).
     - ``on_record(fid, record)`` is called from the loop for each record that comes back;
       ``on_death(reason)`` once when the worker is found dead (EOF, broken pipe, corrupt frame,
       ``close`` timing out). After a death every method is a no-op and ``alive`` is False.
@@ -304,6 +313,7 @@ class WorkerLink:
         on_death: Callable[[str], None],
         max_buffer_bytes: int = 64 << 20,
         python: str | None = None,
+        stall_timeout_s: float = 60.0,
     ) -> None:
         self._on_record = on_record
         self._on_death = on_death
@@ -319,6 +329,10 @@ class WorkerLink:
         self._reader = FrameReader()
         self._staged: list[tuple[int, list]] = []  # (fid, pending) for the next DATA frame
         self._staged_bytes = 0  # chunk bytes in _staged
+        self.stall_timeout_s = stall_timeout_s
+        self._progress = 0.0  # monotonic seconds of the worker's last read of ours or answer
+        self._awaiting = 0  # FINISH frames sent whose RECORD has not come back
+        self._watch_handle: asyncio.TimerHandle | None = None
         self.alive = False
         self.frames_sent = 0
         self.bytes_sent = 0
@@ -358,14 +372,30 @@ class WorkerLink:
         os.set_blocking(r_r, False)
         self._wfd, self._rfd, self._loop = d_w, r_r, loop
         self.alive = True
+        self._progress = time.monotonic()
         loop.add_reader(r_r, self._on_readable)
+        self._watch_handle = loop.call_later(self.stall_timeout_s / 4, self._watch)
+
+    def _watch(self) -> None:
+        """The stall check (a loop timer, re-armed while the worker lives)."""
+        self._watch_handle = None
+        if not self.alive:
+            return
+        idle = time.monotonic() - self._progress
+        if (self._out or self._awaiting) and idle > self.stall_timeout_s:
+            self._died(f"worker stalled: no progress for {idle:.0f} s")
+            return
+        self._watch_handle = self._loop.call_later(self.stall_timeout_s / 4, self._watch)  # type: ignore[union-attr]
 
     # ----- sending -----
     def open(self, fid: int, dialect_name: str, exchange: Exchange, view: RequestView, status_code: int,
-             content_type: str | None, content_encoding: str | None, limits: Limits) -> None:  # fmt: skip
+             content_type: str | None, content_encoding: str | None, limits: Limits) -> bool:  # fmt: skip
+        if not self.alive or self._out_bytes + self._staged_bytes > self.max_buffer_bytes // 2:
+            return False
         self.commit()  # staged data first: frames keep their order
         self._send(encode((OPEN, fid, dialect_name, exchange, view, status_code, content_type, content_encoding,
                            limits)))  # fmt: skip
+        return self.alive
 
     def data(self, fid: int, pending: list, nbytes: int) -> bool:
         """Stages ``pending`` (``[chunk, arrival_s, ...]`` of ``nbytes`` chunk bytes) for flow
@@ -392,6 +422,10 @@ class WorkerLink:
     def finish(self, fid: int, end: EndCause, now_s: float, ended_at_s: float | None, transport_error: str | None,
                skipped_bytes: int) -> None:  # fmt: skip
         self.commit()
+        if self.alive:
+            self._awaiting += 1
+            if self._awaiting == 1:
+                self._progress = time.monotonic()  # the wait for an answer starts now
         self._send(encode((FINISH, fid, end, now_s, ended_at_s, transport_error, skipped_bytes)))
 
     def _send(self, frame: bytes) -> None:
@@ -400,6 +434,8 @@ class WorkerLink:
         self.frames_sent += 1
         self.bytes_sent += len(frame)
         if not self._out:
+            if not self._awaiting:
+                self._progress = time.monotonic()  # nothing was outstanding: the clock starts now
             try:
                 n = os.write(self._wfd, frame)
             except BlockingIOError:
@@ -427,6 +463,7 @@ class WorkerLink:
                 n = os.write(self._wfd, head)
             except BlockingIOError:
                 return False
+            self._progress = time.monotonic()  # the worker read: there was room
             self._out_bytes -= n
             if n == len(head):
                 out.popleft()
@@ -457,6 +494,7 @@ class WorkerLink:
         if not data:
             self._died(f"worker exited ({self._exit_status()})")
             return
+        self._progress = time.monotonic()
         self._deliver(data)
 
     def _deliver(self, data: bytes) -> bool:
@@ -469,6 +507,7 @@ class WorkerLink:
         stopped = False
         for msg in messages:
             if msg[0] == RECORD:
+                self._awaiting -= 1
                 try:
                     self._on_record(msg[1], msg[2])
                 except Exception:  # noqa: BLE001 - a loop callback must not raise
@@ -506,6 +545,9 @@ class WorkerLink:
                 pass
         self._rfd = self._wfd = -1
         self._writing = False
+        if self._watch_handle is not None:
+            self._watch_handle.cancel()
+            self._watch_handle = None
         self._out.clear()
         self._out_bytes = 0
         self._staged = []

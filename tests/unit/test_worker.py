@@ -309,11 +309,17 @@ def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
         assert tap.skipped_bytes > 0
         assert addon._link.queued_bytes > 0  # type: ignore[union-attr]  # the pipe is full
         seen["refused"] = addon._link.data_refused  # type: ignore[union-attr]
+        g = llm_flow()  # a new flow while the worker is behind: observed in-process, complete
+        tap2 = open_stream(addon, g)
+        assert not isinstance(tap2, WorkerTap)
+        tap2(BODY)
+        addon.response(g)
+        assert sink.records[0].text == COMPLETE_TEXT
         os.kill(pid, signal.SIGCONT)
         addon.response(f)
-        await until(lambda: sink.records)
+        await until(lambda: len(sink.records) == 2)
 
-    (rec,) = drive(scenario)[0].records
+    rec = drive(scenario)[0].records[1]
     assert seen["refused"] >= 1
     assert rec.response_bytes == seen["total"]
     assert rec.outcome == "unreadable"
@@ -321,6 +327,26 @@ def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
     assert err.detail.startswith("WorkerDied: worker overloaded: the last ")
     assert 0 < len(rec.text) < 30000  # what was observed before the bound: a prefix of the x's
     assert set(rec.text) == {"x"}
+
+
+def test_a_stalled_worker_is_killed_and_reported():
+    """A worker that answers nothing for ``stall_timeout_s`` while a record is awaited is hung."""
+
+    async def run() -> list[str]:
+        deaths: list[str] = []
+        link = WorkerLink(on_record=lambda fid, rec: None, on_death=deaths.append, stall_timeout_s=0.4)
+        link.start(asyncio.get_running_loop())
+        case = load("llm-stream-1.0", cases("llm-stream-1.0")[0])
+        os.kill(link.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        assert link.open(*_open_msg(0, case)[1:])
+        link.finish(0, case.end, T0 + 1.0, None, None, 0)
+        await until(lambda: deaths, timeout_s=10.0)
+        assert not link.alive
+        assert link.close() is False
+        return deaths
+
+    (reason,) = asyncio.run(run())
+    assert reason.startswith("worker stalled: no progress for ")
 
 
 async def _one_stream_in_process(addon: LLMAudit, sink: Sink) -> None:
