@@ -266,12 +266,13 @@ class WorkerTap(StreamTap):
     records ``observer_error``). If the worker dies, the addon sets ``local`` to an in-process
     observer (already failed: it only counts) and the rest goes there. Never raises."""
 
-    __slots__ = ("_link", "fid", "local", "sent_bytes", "skipped_bytes")
+    __slots__ = ("_link", "fid", "local", "record_id", "sent_bytes", "skipped_bytes")
 
-    def __init__(self, fid: int, link: WorkerLink, batcher: TapBatcher | None = None) -> None:
+    def __init__(self, fid: int, link: WorkerLink, batcher: TapBatcher | None = None, record_id: str = "") -> None:
         super().__init__(None, batcher)  # type: ignore[arg-type]
         self._link = link
         self.fid = fid
+        self.record_id = record_id  # the record's id, for the logs
         self.local: StreamObserver | None = None
         self.sent_bytes = 0  # bytes handed to the worker
         self.skipped_bytes = 0  # bytes forwarded but not handed to the worker (over the link's bound)
@@ -291,8 +292,10 @@ class WorkerTap(StreamTap):
                     return True
                 local = self.local  # set if the worker was found dead just now
                 if local is None:
-                    if not self.skipped_bytes:
-                        log.error("observer: worker link over its buffer bound; flow %s no longer observed", self.fid)
+                    if not self.skipped_bytes and self._link.alive:
+                        log.error("observer: the worker fell behind (over observer_worker_buffer_mb); record %s: "
+                                  "the rest of its stream is not observed", self.record_id)  # fmt: skip
+                    # (A closed link: the addon stopped, e.g. a script reload; the flow was recorded.)
                     self.skipped_bytes += nbytes
                     return True
             for i in range(0, len(pending), 2):
@@ -367,6 +370,10 @@ class LLMAudit:
         self._remote: dict[int, _FlowState] = {}  # fid -> flows whose record the worker will make
         self._next_fid = 0
         self.worker_deaths = 0
+        # A dead worker that had lived this long (seconds) is replaced by a new one; one that died
+        # sooner (a crash loop: it cannot import, it dies at once) is not: in-process from then on.
+        self.worker_restart_after_s = 60.0
+        self._stopping = False  # ``done`` began: no new worker
         self.records_submitted = 0
         self.records_dropped = 0
         self.hook_errors = 0
@@ -481,6 +488,7 @@ class LLMAudit:
         # Flows still streaming when the proxy stops never see ``response``/``error`` before the
         # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded. Queued
         # chunks are observed first and the batcher's callbacks cancelled (the loop is stopping).
+        self._stopping = True
         self._batcher.drain()
         now = time.time()
         open_states, self._open, self._by_client = list(self._open.values()), {}, {}
@@ -586,7 +594,7 @@ class LLMAudit:
                 self._next_fid += 1
                 state.fid = fid
                 self._remote[fid] = state
-                state.tap = WorkerTap(fid, link, self._batcher)
+                state.tap = WorkerTap(fid, link, self._batcher, ex.id)
             else:  # no worker, or it is over its bound: this flow in-process
                 state.observer = self._local_observer(state)
                 state.tap = StreamTap(state.observer, self._batcher)
@@ -774,9 +782,11 @@ class LLMAudit:
         """Every flow the worker held continues in-process with an observer that has failed
         (``observer_error`` naming the reason; it counts the bytes still to come): its record
         keeps the skeleton (request facts, status, timings) and the bytes forwarded, not the
-        stream's content. Flows already finished get their record now; new flows are observed
-        in-process."""
+        stream's content. Flows already finished get their record now. A worker that had lived
+        ``worker_restart_after_s`` is replaced (e.g. after an out-of-memory kill); otherwise new
+        flows are observed in-process until the proxy restarts."""
         self.worker_deaths += 1
+        lived = time.monotonic() - self._link.started_at if self._link is not None else 0.0
         self._link = None
         remote, self._remote = self._remote, {}
         for state in remote.values():
@@ -794,6 +804,14 @@ class LLMAudit:
                     self._complete(state, *state.finish_args)
             except Exception:  # noqa: BLE001 - one flow's failure must not lose the others
                 self._hook_failed("worker death")
+        if self._stopping:
+            return
+        if lived >= self.worker_restart_after_s:
+            log.warning("observer: the worker had run %.0f s; starting a new one", lived)
+            self._start_worker()
+        else:
+            log.error("observer: the worker died %.1f s after it started; parsing in the proxy process from now on"
+                      " (restart the proxy to try a worker again)", lived)  # fmt: skip
 
     def _request_not_received(self, state: _FlowState) -> None:
         """Records that the exchange ended before the request body was complete (neither the

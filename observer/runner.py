@@ -18,6 +18,7 @@ import sys
 
 from observer.config import Settings
 from observer.errors import ConfigError
+from observer.lifetime import die_with_parent
 
 log = logging.getLogger("observer.run")
 API_CHECK_INTERVAL_S = 0.5
@@ -39,13 +40,19 @@ def check_port_free(host: str, port: int, option: str) -> None:
 
 
 def start_api_process(settings: Settings, token: str) -> subprocess.Popen:
-    """Starts ``observer api`` as a child process with the token in its environment."""
+    """Starts ``observer api`` as a child process with the token in its environment. It gets
+    SIGTERM from the kernel if this process dies (``observer.lifetime``; trial finding: after a
+    ``kill -9`` of ``observer run`` the API kept its port and the next start failed)."""
     env = dict(os.environ, OBSERVER_API_TOKEN=token)
     cmd = [
         sys.executable, "-m", "observer.cli", "api",
         "--host", settings.api_host, "--port", str(settings.api_port), "--db", settings.db,
     ]  # fmt: skip
-    return subprocess.Popen(cmd, env=env)
+    return subprocess.Popen(cmd, env=env, preexec_fn=_api_dies_with_parent)
+
+
+def _api_dies_with_parent() -> None:
+    die_with_parent(signal.SIGTERM)
 
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) -> None:

@@ -34,7 +34,7 @@ Failure modes, each decided:
   in-process. No record is lost; the stream content of the flows in flight is.
 - The worker falls behind: the parent buffers at most ``max_buffer_bytes`` of frames (memory
   bound); a flow whose data would cross it is no longer sent (``data`` returns False), its later
-  bytes are only counted, and its record gets ``observer_error`` ("worker overloaded"); while over
+  bytes are only counted, and its record gets ``observer_error`` (``WorkerOverloaded``); while over
   half the bound waits, new flows are observed in-process. The client's bytes are never held: the
   proxy never waits for the worker.
 - The worker hangs (no read and no answer for ``stall_timeout_s`` while something is
@@ -47,13 +47,21 @@ Failure modes, each decided:
 
 from __future__ import annotations
 
+import signal
+
+if __name__ == "__main__":  # the worker process (see ``main``): first, before the slower imports below
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_sig, signal.SIG_IGN)
+    from observer.lifetime import die_with_parent as _arm
+
+    _arm(signal.SIGKILL)
+
 import asyncio
 import fcntl
 import logging
 import os
 import pickle
 import selectors
-import signal
 import subprocess
 import sys
 import time
@@ -62,6 +70,7 @@ from collections.abc import Callable
 
 from observer.dialects.base import RequestView
 from observer.dialects.registry import default_registry
+from observer.lifetime import die_with_parent, parent_alive
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind
@@ -79,6 +88,10 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 class WorkerDied(Exception):
     """The observer worker process is gone (the message says why)."""
+
+
+class WorkerOverloaded(Exception):
+    """The worker fell behind: a flow's bytes past the bound were not observed."""
 
 
 def encode(message: tuple) -> bytes:
@@ -192,7 +205,7 @@ class WorkerCore:
         obs = flow.observer
         try:
             if skipped_bytes:
-                obs.fail(WorkerDied(f"worker overloaded: the last {skipped_bytes} bytes were not observed"))
+                obs.fail(WorkerOverloaded(f"the worker fell behind; the last {skipped_bytes} bytes were not observed"))
                 flow.exchange.response_bytes += skipped_bytes
             record = obs.finish(end, now_s=now_s, ended_at_s=ended_at_s, transport_error=transport_error)
         except Exception as exc:  # noqa: BLE001 - never lose the record
@@ -269,9 +282,20 @@ def serve(data_fd: int, records_fd: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m observer.worker DATA_FD RECORDS_FD`` (started by ``WorkerLink``)."""
+    """``python -m observer.worker DATA_FD RECORDS_FD PARENT_PID`` (started by ``WorkerLink``).
+
+    SIGINT and SIGTERM are ignored: a Ctrl-C reaches the whole foreground process group, and
+    systemd's default ``KillMode=control-group`` sends SIGTERM to every process of the service at
+    once; the proxy must still be able to hand over its last chunks and get the records of the
+    open streams (trial finding: with SIGTERM the worker died first and those records lost their
+    text). The proxy stops the worker with STOP; if the proxy dies, the worker gets SIGKILL from
+    the kernel (``observer.lifetime``), or EOF on its pipe."""
     args = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the proxy stops us (STOP) after its own Ctrl-C
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    die_with_parent(signal.SIGKILL)
+    if len(args) > 2 and not parent_alive(int(args[2])):
+        return 1  # the proxy died before the parent-death signal was armed
     logging.basicConfig(level=logging.WARNING, format="observer-worker %(levelname)s %(message)s")
     return serve(int(args[0]), int(args[1]))
 
@@ -333,6 +357,7 @@ class WorkerLink:
         self._progress = 0.0  # monotonic seconds of the worker's last read of ours or answer
         self._awaiting = 0  # FINISH frames sent whose RECORD has not come back
         self._watch_handle: asyncio.TimerHandle | None = None
+        self.started_at = 0.0  # monotonic seconds of start()
         self.alive = False
         self.frames_sent = 0
         self.bytes_sent = 0
@@ -356,7 +381,7 @@ class WorkerLink:
             # (mitmdump may have found it through its script's directory, not site-packages).
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             self._proc = subprocess.Popen(
-                [self._python, "-m", "observer.worker", str(d_r), str(r_w)],
+                [self._python, "-m", "observer.worker", str(d_r), str(r_w), str(os.getpid())],
                 pass_fds=(d_r, r_w),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
@@ -372,7 +397,7 @@ class WorkerLink:
         os.set_blocking(r_r, False)
         self._wfd, self._rfd, self._loop = d_w, r_r, loop
         self.alive = True
-        self._progress = time.monotonic()
+        self._progress = self.started_at = time.monotonic()
         loop.add_reader(r_r, self._on_readable)
         self._watch_handle = loop.call_later(self.stall_timeout_s / 4, self._watch)
 
@@ -564,7 +589,7 @@ class WorkerLink:
                 proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:  # pragma: no cover - a killed child always exits
                 pass
-        log.error("observer: the worker process is gone (%s); observing in-process from now on", reason)
+        log.error("observer: the worker process is gone (%s); its open flows are recorded with observer_error", reason)
         self._on_death(reason)
 
     def close(self, timeout_s: float = 10.0) -> bool:
@@ -630,7 +655,7 @@ class WorkerLink:
             self._died(f"data pipe: {exc}")
 
 
-__all__ = ["FrameReader", "WorkerCore", "WorkerDied", "WorkerLink", "encode", "serve"]
+__all__ = ["FrameReader", "WorkerCore", "WorkerDied", "WorkerLink", "WorkerOverloaded", "encode", "serve"]
 
 
 if __name__ == "__main__":

@@ -108,6 +108,32 @@ def test_stopping_the_proxy_stops_its_worker(upstream: UpstreamServer) -> None:
         obs.cleanup()
 
 
+def test_killing_the_proxy_takes_its_worker_and_api_along(upstream: UpstreamServer) -> None:
+    """``kill -9`` of ``observer run``: the kernel ends its API process (SIGTERM) and its worker
+    (SIGKILL), so the next start finds its ports free (trial finding: the API kept port 8081)."""
+    obs = ObserverProcess()
+    obs.start()
+    try:
+        worker = worker_pid(obs)
+        api = [k for k in children(obs.proc.pid) if k != worker]  # type: ignore[union-attr]
+        assert len(api) == 1, api
+        os.kill(obs.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        obs.proc.wait(10)  # type: ignore[union-attr]
+        for pid in (worker, api[0]):
+            wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), 15,
+                       what=f"process {pid} to exit")  # fmt: skip
+        again = ObserverProcess(workdir=str(obs.workdir))
+        again.proxy_port, again.api_port = obs.proxy_port, obs.api_port
+        try:
+            again.start()  # the same ports: free again
+            assert again.alive()
+        finally:
+            again.stop()
+    finally:
+        obs.stop()
+        obs.cleanup()
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -182,17 +182,23 @@ DELTA = (b'event: content.delta\ndata: {"type":"content.delta","seq":%d,"index":
          b'"delta":{"type":"text","text":"x"}}\n\n')  # fmt: skip
 
 
-def drive(scenario) -> tuple[Sink, LLMAudit]:
+def drive(scenario, restart_after_s: float = 60.0) -> tuple[Sink, LLMAudit]:
     """Runs ``await scenario(addon, sink)`` on a fresh event loop with the addon in worker mode
-    (``running`` called: the worker started, or not), then ``done``; returns the sink and addon."""
+    (``running`` called: the worker started, or not), then ``done`` (also when the scenario
+    failed, after waking a worker it may have stopped); returns the sink and addon."""
 
     async def run() -> tuple[Sink, LLMAudit]:
         sink = Sink()
         addon = LLMAudit(sink=sink, worker=True)
+        addon.worker_restart_after_s = restart_after_s
         with taddons.context(addon):
             addon.running()
-            await scenario(addon, sink)
-            addon.done()
+            try:
+                await scenario(addon, sink)
+            finally:
+                if addon._link is not None and addon._link.alive:
+                    os.kill(addon._link.pid, signal.SIGCONT)  # type: ignore[arg-type]
+                addon.done()
         return sink, addon
 
     return asyncio.run(run())
@@ -324,7 +330,7 @@ def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
     assert rec.response_bytes == seen["total"]
     assert rec.outcome == "unreadable"
     (err,) = [v for v in rec.violations if v.kind == "observer_error"]
-    assert err.detail.startswith("WorkerDied: worker overloaded: the last ")
+    assert err.detail.startswith("WorkerOverloaded: the worker fell behind; the last ")
     assert 0 < len(rec.text) < 30000  # what was observed before the bound: a prefix of the x's
     assert set(rec.text) == {"x"}
 
@@ -347,6 +353,97 @@ def test_a_stalled_worker_is_killed_and_reported():
 
     (reason,) = asyncio.run(run())
     assert reason.startswith("worker stalled: no progress for ")
+
+
+def test_addon_worker_that_had_run_long_enough_is_replaced():
+    pids: list[int] = []
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        pids.append(_worker_pid(addon))
+        os.kill(pids[0], signal.SIGKILL)
+        await until(lambda: addon._link is not None and addon._link.pid != pids[0])
+        pids.append(_worker_pid(addon))
+        f = llm_flow()
+        tap = open_stream(addon, f)
+        assert isinstance(tap, WorkerTap)  # observed by the new worker
+        tap(BODY)
+        addon.response(f)
+        await until(lambda: sink.records)
+
+    sink, addon = drive(scenario, restart_after_s=0.0)
+    assert pids[0] != pids[1]
+    assert addon.worker_deaths == 1
+    (rec,) = sink.records
+    assert rec.text == COMPLETE_TEXT
+    assert rec.violations == []
+
+
+def test_addon_worker_ignores_sigterm():
+    """systemd's default KillMode sends SIGTERM to every process of the service: the worker must
+    stay to hand back the open streams' records (trial finding)."""
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        pid = _worker_pid(addon)
+        await until(lambda: _ignores(pid, signal.SIGTERM))  # its first statements (a start-up window)
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)
+        f = llm_flow()
+        open_stream(addon, f)(BODY)
+        addon.response(f)
+        await until(lambda: sink.records)
+        assert addon._link is not None and addon._link.alive and addon._link.pid == pid
+
+    (rec,) = drive(scenario)[0].records
+    assert rec.text == COMPLETE_TEXT
+
+
+def test_a_worker_dies_with_its_proxy_even_when_stopped():
+    """SIGKILL of the proxy process: the kernel kills its worker (PR_SET_PDEATHSIG), also a
+    stopped one, which would otherwise stay stopped forever under PID 1 (trial finding)."""
+    script = (
+        "import asyncio, os, signal, sys\n"
+        "from observer.worker import WorkerLink\n"
+        "async def main():\n"
+        "    link = WorkerLink(on_record=lambda f, r: None, on_death=lambda r: None)\n"
+        "    link.start(asyncio.get_running_loop())\n"
+        "    await asyncio.sleep(0.5)\n"
+        "    os.kill(link.pid, signal.SIGSTOP)\n"
+        "    print(link.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    import subprocess
+    import sys
+    import time
+
+    proxy = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        worker = int(proxy.stdout.readline())  # type: ignore[union-attr]
+        assert _state(worker) == "T"
+        proxy.kill()
+        proxy.wait(5)
+        deadline = time.monotonic() + 10
+        while _state(worker) not in ("gone", "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(worker) in ("gone", "Z")
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+
+
+def _ignores(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` ignores ``sig`` (``SigIgn`` mask of ``/proc/<pid>/status``)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return bool(mask >> (sig - 1) & 1)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 async def _one_stream_in_process(addon: LLMAudit, sink: Sink) -> None:
