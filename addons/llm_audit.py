@@ -374,6 +374,7 @@ class LLMAudit:
         # sooner (a crash loop: it cannot import, it dies at once) is not: in-process from then on.
         self.worker_restart_after_s = 60.0
         self._stopping = False  # ``done`` began: no new worker
+        self._deferred: dict[int, tuple] = {}  # id(state) -> (handle, state, kwargs): ``response`` finishing soon
         self.records_submitted = 0
         self.records_dropped = 0
         self.hook_errors = 0
@@ -397,6 +398,10 @@ class LLMAudit:
             "observer_worker", bool, True,
             "Parse streams in a worker process (python -m observer.worker), off the proxy's thread;"
             " false: in the proxy process.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_worker_nice", int, 0,
+            "Added to the worker process's scheduling niceness (0-19): higher lets the proxy's forwarding go first.",
         )  # fmt: skip
         loader.add_option(
             "observer_worker_buffer_mb", int, 64,
@@ -432,6 +437,10 @@ class LLMAudit:
             if us < 0:
                 raise exceptions.OptionsError(f"observer_tap_slice_us must be >= 0, got {us}")
             self._batcher.slice_s = us / 1e6
+        if "observer_worker_nice" in updated and not 0 <= ctx.options.observer_worker_nice <= 19:
+            raise exceptions.OptionsError(
+                f"observer_worker_nice must be 0-19, got {ctx.options.observer_worker_nice}"
+            )
         if "observer_worker_buffer_mb" in updated and ctx.options.observer_worker_buffer_mb <= 0:
             raise exceptions.OptionsError(
                 f"observer_worker_buffer_mb must be a positive integer, got {ctx.options.observer_worker_buffer_mb}"
@@ -474,8 +483,9 @@ class LLMAudit:
             return
         buffer_mb = getattr(ctx.options, "observer_worker_buffer_mb", 64)
         link = WorkerLink(
-            on_record=self._worker_record, on_death=self._worker_died, max_buffer_bytes=buffer_mb << 20
-        )
+            on_record=self._worker_record, on_death=self._worker_died, max_buffer_bytes=buffer_mb << 20,
+            nice=getattr(ctx.options, "observer_worker_nice", 0),
+        )  # fmt: skip
         try:
             link.start(asyncio.get_running_loop())
         except Exception:
@@ -489,6 +499,10 @@ class LLMAudit:
         # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded. Queued
         # chunks are observed first and the batcher's callbacks cancelled (the loop is stopping).
         self._stopping = True
+        deferred, self._deferred = list(self._deferred.values()), {}
+        for handle, state, kwargs in deferred:  # ended normally, record not finished yet
+            handle.cancel()
+            self._finish(state, EndCause.EOF, **kwargs)
         self._batcher.drain()
         now = time.time()
         open_states, self._open, self._by_client = list(self._open.values()), {}, {}
@@ -607,13 +621,29 @@ class LLMAudit:
             )
 
     def response(self, flow: http.HTTPFlow) -> None:
+        """The end of a response: its record is finished in a loop callback right after this
+        hook returns, not in it. mitmproxy sends the end of a streamed response to the client
+        only after the ``response`` hook (``HttpStream.send_response``; shared reference
+        "mitmproxy-streaming" §1.5), so the last chunks' parse and the record's assembly would
+        otherwise delay the client's end of stream. ``done`` finishes what is still waiting."""
         state = self._pop(flow)
         if state is not None:
             now = time.time()
-            self._finish(
-                state, EndCause.EOF, now=now, ended_at=flow.response.timestamp_end or now,
-                message=None, status=flow.response.status_code,
-            )  # fmt: skip
+            kwargs = dict(now=now, ended_at=flow.response.timestamp_end or now, message=None,
+                          status=flow.response.status_code)  # fmt: skip
+            try:
+                handle = asyncio.get_running_loop().call_soon(self._finish_deferred, state, kwargs)
+            except RuntimeError:  # no running loop (unit tests): now
+                self._finish(state, EndCause.EOF, **kwargs)
+                return
+            self._deferred[id(state)] = (handle, state, kwargs)
+
+    def _finish_deferred(self, state: _FlowState, kwargs: dict) -> None:
+        if self._deferred.pop(id(state), None) is not None:
+            try:
+                self._finish(state, EndCause.EOF, **kwargs)
+            except Exception:  # noqa: BLE001 - a loop callback must not raise; _finish does not
+                self._hook_failed("response")
 
     def error(self, flow: http.HTTPFlow) -> None:
         state = self._pop(flow)

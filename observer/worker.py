@@ -282,7 +282,9 @@ def serve(data_fd: int, records_fd: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m observer.worker DATA_FD RECORDS_FD PARENT_PID`` (started by ``WorkerLink``).
+    """``python -m observer.worker DATA_FD RECORDS_FD PARENT_PID [NICE]`` (started by
+    ``WorkerLink``). ``NICE`` (default 0) is added to the worker's scheduling niceness
+    (``os.nice``): when the proxy and its worker compete for a core, forwarding goes first.
 
     SIGINT and SIGTERM are ignored: a Ctrl-C reaches the whole foreground process group, and
     systemd's default ``KillMode=control-group`` sends SIGTERM to every process of the service at
@@ -296,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent(signal.SIGKILL)
     if len(args) > 2 and not parent_alive(int(args[2])):
         return 1  # the proxy died before the parent-death signal was armed
+    if len(args) > 3 and int(args[3]):
+        try:
+            os.nice(int(args[3]))
+        except OSError:  # not permitted (a negative value without privileges): keep the proxy's
+            pass
     logging.basicConfig(level=logging.WARNING, format="observer-worker %(levelname)s %(message)s")
     return serve(int(args[0]), int(args[1]))
 
@@ -338,6 +345,7 @@ class WorkerLink:
         max_buffer_bytes: int = 64 << 20,
         python: str | None = None,
         stall_timeout_s: float = 60.0,
+        nice: int = 0,
     ) -> None:
         self._on_record = on_record
         self._on_death = on_death
@@ -354,6 +362,7 @@ class WorkerLink:
         self._staged: list[tuple[int, list]] = []  # (fid, pending) for the next DATA frame
         self._staged_bytes = 0  # chunk bytes in _staged
         self.stall_timeout_s = stall_timeout_s
+        self.nice = nice  # added to the worker's niceness (see ``main``)
         self._progress = 0.0  # monotonic seconds of the worker's last read of ours or answer
         self._awaiting = 0  # FINISH frames sent whose RECORD has not come back
         self._watch_handle: asyncio.TimerHandle | None = None
@@ -381,7 +390,7 @@ class WorkerLink:
             # (mitmdump may have found it through its script's directory, not site-packages).
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             self._proc = subprocess.Popen(
-                [self._python, "-m", "observer.worker", str(d_r), str(r_w), str(os.getpid())],
+                [self._python, "-m", "observer.worker", str(d_r), str(r_w), str(os.getpid()), str(self.nice)],
                 pass_fds=(d_r, r_w),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,

@@ -86,6 +86,36 @@ def test_complete_stream_is_recorded():
     assert METADATA_KEY not in f.metadata  # no reference kept after the flow ended
 
 
+def test_response_record_is_finished_after_the_hook_returns():
+    """mitmproxy sends a streamed response's end to the client after the ``response`` hook, so
+    the record is finished in the next loop callback; ``done`` finishes any still waiting, once."""
+    import asyncio
+
+    async def run() -> list[int]:
+        sink = Sink()
+        addon = LLMAudit(sink=sink)
+        counts = []
+        with taddons.context(addon):
+            f = llm_flow()
+            run_stream(addon, f, [BODY])
+            addon.response(f)
+            counts.append(len(sink.records))  # the hook returned first
+            await asyncio.sleep(0)
+            counts.append(len(sink.records))
+            g = llm_flow()
+            run_stream(addon, g, [BODY])
+            addon.response(g)
+            addon.done()  # before the callback ran
+            counts.append(len(sink.records))
+            await asyncio.sleep(0.01)  # the cancelled callback adds nothing
+            counts.append(len(sink.records))
+        assert [r.text for r in sink.records] == ["The weather in Vienna is 24C and sunny."] * 2
+        assert [r.outcome for r in sink.records] == ["completed", "completed"]
+        return counts
+
+    assert asyncio.run(run()) == [0, 1, 2, 2]
+
+
 @pytest.mark.parametrize("ctype", ["application/json", "text/plain", ""])
 def test_non_llm_flow_streams_and_is_not_recorded(ctype):
     """Other traffic: request and response streamed (never buffered), nothing recorded."""

@@ -253,7 +253,7 @@ def test_addon_worker_killed_mid_stream_records_observer_error_and_goes_on_in_pr
         await until(lambda: addon._link is None)
         tap(BODY[300:])  # after the death: only counted, in-process
         addon.response(f)
-        assert len(sink.records) == 1
+        await until(lambda: len(sink.records) == 1)
         g = llm_flow()  # the next stream: in-process, complete
         tap2 = open_stream(addon, g)
         assert not isinstance(tap2, WorkerTap)
@@ -320,6 +320,7 @@ def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
         assert not isinstance(tap2, WorkerTap)
         tap2(BODY)
         addon.response(g)
+        await until(lambda: sink.records)
         assert sink.records[0].text == COMPLETE_TEXT
         os.kill(pid, signal.SIGCONT)
         addon.response(f)
