@@ -88,7 +88,8 @@ def test_complete_stream_is_recorded():
 
 def test_response_record_is_finished_after_the_hook_returns():
     """mitmproxy sends a streamed response's end to the client after the ``response`` hook, so
-    the record is finished in the next loop callback; ``done`` finishes any still waiting, once."""
+    the record is finished a few ms later (``FINISH_DELAY_S``); ``done`` finishes any still
+    waiting, once."""
     import asyncio
 
     async def run() -> list[int]:
@@ -100,7 +101,7 @@ def test_response_record_is_finished_after_the_hook_returns():
             run_stream(addon, f, [BODY])
             addon.response(f)
             counts.append(len(sink.records))  # the hook returned first
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.05)
             counts.append(len(sink.records))
             g = llm_flow()
             run_stream(addon, g, [BODY])
