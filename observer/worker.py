@@ -30,8 +30,9 @@ Failure modes, each decided:
 
 - The worker dies or cannot start (EOF on the records pipe, a broken data pipe): the parent's
   ``on_death`` callback gets the reason once; the addon records every flow the worker held as
-  ``observer_error`` from the skeleton it kept, with the bytes it counted, and observes new flows
-  in-process. No record is lost; the stream content of the flows in flight is.
+  ``observer_error`` from the skeleton it kept, with the bytes it counted, and starts a new worker
+  if the dead one had run 60 s (else observes new flows in-process). No record is lost; the
+  stream content of the flows in flight is.
 - The worker falls behind: the parent buffers at most ``max_buffer_bytes`` of frames (memory
   bound); a flow whose data would cross it is no longer sent (``data`` returns False), its later
   bytes are only counted, and its record gets ``observer_error`` (``WorkerOverloaded``); while over
@@ -41,8 +42,10 @@ Failure modes, each decided:
   outstanding): it is killed, then as when it dies ("worker stalled").
 - A bug in the worker's parse: as in-process, that flow's observation stops with ``observer_error``
   and the others go on.
-- The parent goes away: the worker reads EOF on the data pipe and exits. It ignores SIGINT and has
-  its own session, so a Ctrl-C at the terminal reaches only the proxy, which then stops it cleanly.
+- The parent goes away: the kernel sends the worker SIGKILL (``observer.lifetime``), which also
+  ends a stopped worker; failing that, it reads EOF on the data pipe and exits. It ignores SIGINT
+  and SIGTERM and has its own session, so a Ctrl-C at the terminal or a service manager's SIGTERM
+  to the whole group reaches only the proxy, which then stops it cleanly (see ``main``).
 """
 
 from __future__ import annotations
@@ -70,10 +73,10 @@ from collections.abc import Callable
 
 from observer.dialects.base import RequestView
 from observer.dialects.registry import default_registry
-from observer.lifetime import die_with_parent, parent_alive
+from observer.lifetime import parent_alive
 from observer.limits import Limits
-from observer.reassembly import EndCause
-from observer.records import Exchange, Violation, ViolationKind
+from observer.reassembly import EndCause, Reassembler
+from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
 from observer.tap import StreamObserver, feed_pending
 
 log = logging.getLogger("observer.worker")
@@ -233,9 +236,6 @@ class _FailedObserver:
         pass
 
     def finish(self, end, *, now_s, ended_at_s=None, transport_error=None) -> Exchange:
-        from observer.reassembly import Reassembler
-        from observer.records import utc_from_epoch
-
         ex = self._exchange
         ex.transport_error = transport_error
         ex.ended_at = utc_from_epoch(ended_at_s if ended_at_s is not None else now_s)
@@ -291,11 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     once; the proxy must still be able to hand over its last chunks and get the records of the
     open streams (trial finding: with SIGTERM the worker died first and those records lost their
     text). The proxy stops the worker with STOP; if the proxy dies, the worker gets SIGKILL from
-    the kernel (``observer.lifetime``), or EOF on its pipe."""
+    the kernel (``observer.lifetime``), or EOF on its pipe. Both are set up by the first
+    statements of this module when it runs as ``__main__``, before its slower imports."""
     args = sys.argv[1:] if argv is None else argv
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    die_with_parent(signal.SIGKILL)
     if len(args) > 2 and not parent_alive(int(args[2])):
         return 1  # the proxy died before the parent-death signal was armed
     if len(args) > 3 and int(args[3]):

@@ -142,6 +142,26 @@ def test_worker_core_records_equal_in_process_records():
     assert core.open_flows == 0
 
 
+def test_a_flow_the_worker_cannot_observe_still_gets_its_record():
+    """An OPEN the worker cannot turn into an observer (here: a dialect it does not know) gives a
+    record with the skeleton, the bytes and one ``observer_error``; the next flow is unaffected."""
+    case = load("llm-stream-1.0", cases("llm-stream-1.0")[0])
+    core = WorkerCore()
+    bad = _open_msg(0, case)
+    core.handle(bad[:2] + ("no-such-dialect",) + bad[3:])
+    core.handle(_open_msg(1, case))
+    for fid in (0, 1):
+        core.handle((DATA, [(fid, [case.body, T0 + 0.01])]))
+    (_, _, rec), = core.handle((FINISH, 0, case.end, T0 + 1.0, None, None, 0))
+    (_, _, good), = core.handle((FINISH, 1, case.end, T0 + 1.0, None, None, 0))
+    assert rec.response_bytes == len(case.body)
+    assert rec.outcome == "unreadable"
+    assert [(v.kind, v.detail) for v in rec.violations] == [
+        ("observer_error", "worker open: KeyError: 'no-such-dialect'")
+    ]
+    assert good.to_dict() == _in_process(case, [case.body, T0 + 0.01])
+
+
 def test_worker_process_records_equal_in_process_records():
     """A real worker process; every fixture's frames interleaved on one pipe."""
 
