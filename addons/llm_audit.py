@@ -375,7 +375,7 @@ class LLMAudit:
         # sooner (a crash loop: it cannot import, it dies at once) is not: in-process from then on.
         self.worker_restart_after_s = 60.0
         self._stopping = False  # ``done`` began: no new worker
-        self._deferred: dict[int, tuple] = {}  # id(state) -> (handle, state, kwargs): ``response`` finishing soon
+        self._deferred: dict[_FlowState, tuple] = {}  # ``response`` finishing soon: state -> (handle, kwargs)
         self.records_submitted = 0
         self.records_dropped = 0
         self.hook_errors = 0
@@ -500,8 +500,8 @@ class LLMAudit:
         # writer closes: finish them now as ``interrupted`` so no exchange goes unrecorded. Queued
         # chunks are observed first and the batcher's callbacks cancelled (the loop is stopping).
         self._stopping = True
-        deferred, self._deferred = list(self._deferred.values()), {}
-        for handle, state, kwargs in deferred:  # ended normally, record not finished yet
+        deferred, self._deferred = list(self._deferred.items()), {}
+        for state, (handle, kwargs) in deferred:  # ended normally, record not finished yet
             handle.cancel()
             self._finish(state, EndCause.EOF, **kwargs)
         self._batcher.drain()
@@ -640,10 +640,10 @@ class LLMAudit:
             except RuntimeError:  # no running loop (unit tests): now
                 self._finish(state, EndCause.EOF, **kwargs)
                 return
-            self._deferred[id(state)] = (handle, state, kwargs)
+            self._deferred[state] = (handle, kwargs)
 
     def _finish_deferred(self, state: _FlowState, kwargs: dict) -> None:
-        if self._deferred.pop(id(state), None) is not None:
+        if self._deferred.pop(state, None) is not None:
             try:
                 self._finish(state, EndCause.EOF, **kwargs)
             except Exception:  # noqa: BLE001 - a loop callback must not raise; _finish does not
@@ -763,9 +763,9 @@ class LLMAudit:
         if not state.parsed:
             self._request_not_received(state)
         state.finish_args = (end, now, message, status, ended_at)
-        if state.fid is not None and state.fid in self._remote and self._link is not None:
-            skipped = state.tap.skipped_bytes if isinstance(state.tap, WorkerTap) else 0
-            self._link.finish(state.fid, end, now, ended_at, message, skipped)
+        if state.fid is not None:  # the worker's flow (a death sets fid to None, see _worker_died)
+            assert self._link is not None and isinstance(state.tap, WorkerTap)
+            self._link.finish(state.fid, end, now, ended_at, message, state.tap.skipped_bytes)
             return
         self._complete(state, end, now, message, status, ended_at)
 
@@ -826,14 +826,12 @@ class LLMAudit:
         for state in remote.values():
             try:
                 tap = state.tap
-                sent = (tap.sent_bytes + tap.skipped_bytes) if isinstance(tap, WorkerTap) else 0
-                state.exchange.response_bytes = sent
+                assert isinstance(tap, WorkerTap)  # every flow in _remote has one
+                state.exchange.response_bytes = tap.sent_bytes + tap.skipped_bytes
                 obs = self._local_observer(state)
                 obs.fail(WorkerDied(reason))
-                state.observer = obs
+                state.observer = tap.local = obs
                 state.fid = None
-                if isinstance(tap, WorkerTap):
-                    tap.local = obs
                 if state.finish_args is not None:
                     self._complete(state, *state.finish_args)
             except Exception:  # noqa: BLE001 - one flow's failure must not lose the others

@@ -165,9 +165,13 @@ class _suppress:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` and all its threads, in seconds (clock ticks of
     ``1/SC_CLK_TCK``, usually 10 ms: coarse for short intervals). Raises OSError if gone."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    parts = stat.rsplit(")", 1)[1].split()
+    parts = _stat_fields(pid)
     return (int(parts[11]) + int(parts[12])) / CLK_TCK
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first). Raises OSError if gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def descendants(pid: int) -> list[int]:
@@ -195,8 +199,7 @@ def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of ``pid``, its live descendants (the observer's worker process) and its
     reaped children (``cutime``/``cstime``): what the proxy costs, wherever it parses. Raises
     OSError if ``pid`` is gone; a descendant that exits meanwhile is skipped."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    parts = stat.rsplit(")", 1)[1].split()
+    parts = _stat_fields(pid)  # utime, stime, then cutime, cstime of reaped children
     total = sum(int(parts[i]) for i in (11, 12, 13, 14)) / CLK_TCK
     for kid in descendants(pid):
         with _suppress():
