@@ -38,7 +38,7 @@ from observer.dialects.registry import DialectRegistry, default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
-from observer.redact import redact_path
+from observer.redact import redact_path, redact_request
 from observer.tap import StreamObserver, feed_pending, request_only_record
 from observer.wire.content import LIMIT_CODE, make_decoder
 from observer.worker import WorkerDied, WorkerLink
@@ -48,6 +48,7 @@ log = logging.getLogger("observer.addon")
 Sink = Callable[[Exchange], bool]
 METADATA_KEY = "llm_audit"
 FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
+MAX_WORKER_BUFFER_MB = 4096  # upper bound of observer_worker_buffer_mb: the queue is held in the proxy's memory
 
 
 class _FlowState:
@@ -406,7 +407,8 @@ class LLMAudit:
         )  # fmt: skip
         loader.add_option(
             "observer_worker_buffer_mb", int, 64,
-            "Most stream data waiting for the worker, in MiB; a flow that would pass it is no longer observed.",
+            "Most stream data waiting for the worker, in MiB (1-4096); a flow that would pass it is no longer"
+            " observed.",
         )  # fmt: skip
         loader.add_option(
             "observer_tap_batch_ms", int, 50,
@@ -442,10 +444,12 @@ class LLMAudit:
             raise exceptions.OptionsError(
                 f"observer_worker_nice must be 0-19, got {ctx.options.observer_worker_nice}"
             )
-        if "observer_worker_buffer_mb" in updated and ctx.options.observer_worker_buffer_mb <= 0:
+        buffer_mb = ctx.options.observer_worker_buffer_mb
+        if "observer_worker_buffer_mb" in updated and not 0 < buffer_mb <= MAX_WORKER_BUFFER_MB:
             raise exceptions.OptionsError(
-                f"observer_worker_buffer_mb must be a positive integer, got {ctx.options.observer_worker_buffer_mb}"
-            )
+                f"observer_worker_buffer_mb must be 1-{MAX_WORKER_BUFFER_MB} (MiB held in the proxy's memory while the "
+                f"worker is behind), got {buffer_mb}"
+            )  # fmt: skip
         if "observer_db" in updated and not ctx.options.observer_db.strip():
             raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
 
@@ -578,6 +582,7 @@ class LLMAudit:
             if body is None:
                 return
             facts, violations = state.dialect.parse_request(body, state.view)
+            redact_request(facts)
             state.exchange.request = facts
             state.violations.extend(violations)
         except Exception as exc:
@@ -686,6 +691,7 @@ class LLMAudit:
             body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
             if body is not None:
                 state.exchange.request, violations = dialect.parse_request(body, state.view)
+                redact_request(state.exchange.request)
             state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST] + violations
         return state
 

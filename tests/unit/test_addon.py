@@ -493,3 +493,36 @@ def test_complete_request_has_no_incomplete_request_violation():
         addon.error(f)
     (rec,) = sink.records
     assert all(v.kind != "incomplete_request" for v in rec.violations)
+
+
+def test_credentials_in_the_request_body_are_redacted():
+    """An OpenAI-compatible gateway's ``api_key`` in the body and a credential in ``metadata``
+    are stored as ``REDACTED``; ordinary parameters, and a schema that declares a ``password``
+    property, are kept (trial finding: ``api_key`` was stored verbatim)."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    body = (
+        b'{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}],'
+        b'"api_key":"sk-live-abc","prompt_cache_key":"u-1","max_tokens":9,'
+        b'"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object",'
+        b'"properties":{"password":{"type":"string"}}}}},'
+        b'"metadata":{"aws_session_token":"FwoG-1","team":"red"}}'
+    )
+    with taddons.context(addon):
+        f = llm_flow("application/json")
+        f.request.host = "api.openai.com"
+        f.request.path = "/v1/chat/completions"
+        f.request.content = body
+        run_stream(addon, f, [(FIX.parent / "openai.chat" / "text_include_usage.sse").read_bytes()])
+        addon.response(f)
+    (rec,) = sink.records
+    req = rec.to_dict()["request"]
+    assert rec.dialect == "openai.chat"
+    assert req["parameters"] == {
+        "api_key": "REDACTED",
+        "prompt_cache_key": "u-1",
+        "max_tokens": 9,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
+            "type": "object", "properties": {"password": {"type": "string"}}}}},
+    }  # fmt: skip
+    assert req["metadata"] == {"aws_session_token": "REDACTED", "team": "red"}

@@ -511,10 +511,13 @@ def test_worker_option_off_observes_in_process():
     asyncio.run(run())
 
 
-def test_worker_buffer_option_must_be_positive():
+@pytest.mark.parametrize("mb", [0, -1, 4097, 10**6])
+def test_worker_buffer_option_is_bounded(mb):
+    """1-4096 MiB: the queue is the proxy's memory (trial note: 10**6 was accepted)."""
     from mitmproxy import exceptions
 
     addon = LLMAudit(sink=Sink())
     with taddons.context(addon) as tctx:
-        with pytest.raises(exceptions.OptionsError, match="observer_worker_buffer_mb"):
-            tctx.configure(addon, observer_worker_buffer_mb=0)
+        with pytest.raises(exceptions.OptionsError, match=r"observer_worker_buffer_mb must be 1-4096 .*got " + str(mb)):
+            tctx.configure(addon, observer_worker_buffer_mb=mb)
+        tctx.configure(addon, observer_worker_buffer_mb=4096)
