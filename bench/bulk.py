@@ -10,9 +10,11 @@ proxies (``bench/_procs.py``: baseline = ``mitmdump`` with ``bench/passthrough_a
 and measured one at a time, alternating, after a short warm-up stream each.
 
 Figures per transport: client MB/s (body bytes / (end of body - start of the request); MB =
-10^6 bytes) with target observer >= 0.9x baseline, and the proxy's CPU per event (µs; process
-CPU seconds from ``/proc`` over the stream, 0.3 s settle included, ÷ events). Client, upstream
-and proxy share the machine's cores, so MB/s is a system figure; CPU/event is the proxy's.
+10^6 bytes) with target observer >= 0.9x baseline, and the proxy's CPU per event (µs; CPU seconds from
+``/proc`` over the stream, 0.3 s settle included, ÷ events): of the proxy's process tree (with
+the audit worker, ``observer.worker``) and of the mitmdump process alone (its event loop, which
+forwards every byte, and the store's writer thread). Client, upstream and proxy share the
+machine's cores, so MB/s is a system figure; CPU/event is the proxy's.
 
     .venv/bin/python bench/bulk.py            # full size (< 30 s)
     .venv/bin/python bench/bulk.py --smoke    # seconds
@@ -31,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import Report, tree_cpu_seconds  # noqa: E402
+from bench._common import Report, cpu_seconds, tree_cpu_seconds  # noqa: E402
 from bench._procs import (  # noqa: E402
     TRANSPORTS,
     Upstream,
@@ -63,19 +65,21 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
                     order = ["baseline", "addon"] if (rnd + ti) % 2 == 0 else ["addon", "baseline"]
                     for k in order:
                         pid = procs[k].proc.pid  # type: ignore[union-attr]
-                        cpu0 = tree_cpu_seconds(pid)
+                        cpu0, own0 = tree_cpu_seconds(pid), cpu_seconds(pid)
                         r = await fetch_sse(targets[k], t, f"/v1/bulk?bytes={nbytes}", body, timeout=args.timeout,
                                             keep_events=False)
                         await asyncio.sleep(SETTLE_S)
-                        cpu1 = tree_cpu_seconds(pid)
+                        cpu1, own1 = tree_cpu_seconds(pid), cpu_seconds(pid)
                         if r.error or r.t_end is None:
                             raise RuntimeError(f"{t}/{k}: bulk stream failed: {r.error}")
                         secs = r.t_end - r.t_start
                         row = {"mb_s": r.body_bytes / secs / 1e6, "seconds": secs, "events": r.events,
-                               "cpu_us_per_event": (cpu1 - cpu0) / r.events * 1e6, "bytes": r.body_bytes}
+                               "cpu_us_per_event": (cpu1 - cpu0) / r.events * 1e6, "bytes": r.body_bytes,
+                               "own_cpu_us_per_event": (own1 - own0) / r.events * 1e6}
                         out.setdefault((t, k), []).append(row)
                         print(f"  round {rnd + 1} {t:6} {k:8} {row['mb_s']:6.2f} MB/s  {row['cpu_us_per_event']:5.1f} µs/ev "
-                              f"({r.events} events, {secs:.1f} s; {time.monotonic() - t_start:.0f} s)", flush=True)
+                              f"(mitmdump alone {row['own_cpu_us_per_event']:4.1f}; {r.events} events, {secs:.1f} s; "
+                              f"{time.monotonic() - t_start:.0f} s)", flush=True)  # fmt: skip
         finally:
             stop_all(procs)
     return out
@@ -84,7 +88,7 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Bulk SSE throughput through the proxy, addon vs baseline.")
     ap.add_argument("--mb", type=float, default=20.0, help="stream size in MB (10^6 bytes)")
-    ap.add_argument("--rounds", type=int, default=1, help="streams per proxy and transport (alternating order)")
+    ap.add_argument("--rounds", type=int, default=3, help="streams per proxy and transport (alternating order)")
     ap.add_argument("--transports", default="h1,h2-tls", help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
     ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown transport {t!r}")
     t_start = time.monotonic()
     report = Report("bulk", smoke=args.smoke)
-    report.details["title"] = f"one {args.mb:g} MB SSE stream, ~300 B events, no gaps"
+    report.details["title"] = f"one {args.mb:g} MB SSE stream, ~300 B events, no gaps; mean of {args.rounds} round(s)"
     with tempfile.TemporaryDirectory(prefix="bench-bulk-") as tmp:
         try:
             res = asyncio.run(measure(args, transports, Path(tmp), t_start))
@@ -114,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         am, bm = statistics.mean(r["mb_s"] for r in a), statistics.mean(r["mb_s"] for r in b)
         ac, bc = statistics.mean(r["cpu_us_per_event"] for r in a), statistics.mean(r["cpu_us_per_event"] for r in b)
         report.add(f"{t} client throughput", am, "MB/s", bm, f">= {MBPS_MIN_RATIO:g}x", am >= MBPS_MIN_RATIO * bm)
+        ao, bo = (statistics.mean(r["own_cpu_us_per_event"] for r in rows) for rows in (a, b))
         report.add(f"{t} proxy CPU per event", ac, "µs", bc, "", None)
+        report.add(f"{t} mitmdump alone, per event", ao, "µs", bo, "", None)
         report.details[f"{t}/addon"], report.details[f"{t}/baseline"] = a, b
     report.print_table()
     report.details["params"] = vars(args)
