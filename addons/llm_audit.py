@@ -48,6 +48,12 @@ log = logging.getLogger("observer.addon")
 Sink = Callable[[Exchange], bool]
 METADATA_KEY = "llm_audit"
 FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
+# Bytes one flow's tap collects before handing them to the worker outside the timed sweep (the
+# in-process tap: TapBatcher.max_pending_bytes, 32 KiB, which bounds a parse slice). A worker
+# batch costs the proxy one pipe write and the worker one wake-up, whatever its size: bench/bulk.py
+# h1, alternating pairs: 256 KiB gave 0.91x of the baseline against 0.88x for 32 KiB (4 pairs),
+# and 1 MiB (the pipe's capacity) 0.92x against 0.95x for 256 KiB (3 pairs).
+WORKER_FLUSH_BYTES = 256 << 10
 MAX_WORKER_BUFFER_MB = 4096  # upper bound of observer_worker_buffer_mb: the queue is held in the proxy's memory
 
 
@@ -208,11 +214,12 @@ class StreamTap:
     Runs inside mitmproxy's core, so it must never raise (an exception would silently drop the
     chunk for the client)."""
 
-    __slots__ = ("_batcher", "_observer", "_pending", "_pending_bytes", "_queued")
+    __slots__ = ("_batcher", "_flush_bytes", "_observer", "_pending", "_pending_bytes", "_queued")
 
     def __init__(self, observer: StreamObserver, batcher: TapBatcher | None = None) -> None:
         self._observer = observer
         self._batcher = batcher
+        self._flush_bytes = batcher.max_pending_bytes if batcher is not None else 0  # observed at once from here
         self._pending: list = []  # chunk, arrival time, chunk, arrival time, ... (oldest first)
         self._pending_bytes = 0  # bytes in _pending
         self._queued = False  # in one of the batcher's queues (set and cleared by the batcher)
@@ -225,7 +232,7 @@ class StreamTap:
                 pending.append(time.time())
                 self._pending_bytes += len(data)
                 batcher = self._batcher
-                if batcher is None or self._pending_bytes >= batcher.max_pending_bytes:
+                if batcher is None or self._pending_bytes >= self._flush_bytes:
                     self.flush()
                 elif not self._queued and not batcher.mark(self):
                     self.flush()
@@ -263,7 +270,8 @@ class StreamTap:
 class WorkerTap(StreamTap):
     """The stream callable of a flow observed by the worker process (``observer.worker``): queues
     each chunk with its arrival time like ``StreamTap`` and hands each batch to the worker in one
-    frame, instead of parsing it here. Counts what it sent and what it could not send (the link
+    frame, instead of parsing it here; a flow with ``WORKER_FLUSH_BYTES`` waiting is handed over
+    at once. Counts what it sent and what it could not send (the link
     was over its buffer bound: from then on the flow's bytes are only counted, and the worker
     records ``observer_error``). If the worker dies, the addon sets ``local`` to an in-process
     observer (already failed: it only counts) and the rest goes there. Never raises."""
@@ -272,6 +280,8 @@ class WorkerTap(StreamTap):
 
     def __init__(self, fid: int, link: WorkerLink, batcher: TapBatcher | None = None, record_id: str = "") -> None:
         super().__init__(None, batcher)  # type: ignore[arg-type]
+        if batcher is not None:
+            self._flush_bytes = max(self._flush_bytes, WORKER_FLUSH_BYTES)
         self._link = link
         self.fid = fid
         self.record_id = record_id  # the record's id, for the logs
