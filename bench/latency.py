@@ -134,7 +134,8 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, n
     stream_timeout = 10.0 + args.events * args.gap_ms / 1000.0 * 2
     db_path = work / "bench.db"
     with Upstream(work) as up:
-        procs = start_proxies(("baseline", "addon"), work, db_path=db_path, addon=args.addon)
+        procs = start_proxies(("baseline", "addon"), work, db_path=db_path, addon=args.addon,
+                              addon_sets=dict(kv.split("=", 1) for kv in args.set))
         try:
             configs = ["direct", "baseline", "addon"]
             results = {(t, c): ConfigResult(c) for t in transports for c in configs}
@@ -181,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap-ms", type=float, default=10.0, help="upstream gap between events (ms)")
     ap.add_argument("--transports", default=",".join(TRANSPORTS), help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
+    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
+                    help="an option of the addon under test, e.g. observer_worker=false (repeatable)")
     ap.add_argument("--max-seconds", type=float, default=90.0, help="stop starting new streams after this")
     ap.add_argument("--smoke", action="store_true", help="a few seconds: 1 stream x 30 events x 5 ms per config")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")
