@@ -38,7 +38,7 @@ from observer.dialects.registry import DialectRegistry, default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
-from observer.redact import redact_path, redact_request
+from observer.redact import redact_path, redact_request, scrub
 from observer.tap import StreamObserver, feed_pending, request_only_record
 from observer.wire.content import LIMIT_CODE, make_decoder
 from observer.worker import WorkerDied, WorkerLink
@@ -64,7 +64,7 @@ class _FlowState:
     them in ``sys.modules``, which ``dataclasses`` needs."""
 
     __slots__ = ("client_id", "dialect", "exchange", "fid", "finish_args", "finished", "headers", "observer",
-                 "parsed", "request_tap", "tap", "view", "violations")  # fmt: skip
+                 "parsed", "request_tap", "secrets", "tap", "view", "violations")  # fmt: skip
 
     def __init__(self, dialect: Dialect, exchange: Exchange, view: RequestView, client_id: str = "") -> None:
         self.dialect = dialect
@@ -83,6 +83,9 @@ class _FlowState:
         self.fid: int | None = None
         self.headers: tuple[str | None, str | None] = (None, None)
         self.finish_args: tuple | None = None
+        # Credential values redacted from the request (``observer.redact``), to scrub echoes of them
+        # from the record; only in memory, until the record is made.
+        self.secrets: list[str] = []
 
 
 class TapBatcher:
@@ -386,6 +389,7 @@ class LLMAudit:
         # sooner (a crash loop: it cannot import, it dies at once) is not: in-process from then on.
         self.worker_restart_after_s = 60.0
         self._stopping = False  # ``done`` began: no new worker
+        self._options_error: str | None = None  # a deferred ``--set observer_*`` that did not parse
         self._deferred: dict[_FlowState, tuple] = {}  # ``response`` finishing soon: state -> (handle, kwargs)
         self.records_submitted = 0
         self.records_dropped = 0
@@ -430,6 +434,25 @@ class LLMAudit:
         )  # fmt: skip
         for f in fields(Limits):
             loader.add_option(f"observer_{f.name}", int, f.default, f.metadata["help"])
+        self._apply_deferred_options()
+
+    def _apply_deferred_options(self) -> None:
+        """Applies the ``--set observer_*=VALUE`` that mitmproxy deferred until this script
+        loaded, so that a malformed one is reported. mitmproxy applies a script's deferred
+        options right after ``load``, all at once; a value that does not parse
+        (``observer_worker_buffer_mb=abc``) raises there, and the script loader drops the
+        exception and the addon without a word, so the proxy ran and recorded nothing (trial
+        finding). Here the error is logged (mitmdump exits with code 1 after an error logged
+        during start-up: its ``errorcheck`` addon), the ``observer_*`` entries are dropped so the
+        addon still loads, and ``running`` refuses to record and shuts the proxy down.
+        ``observer run`` checks its options before starting and never gets here."""
+        try:
+            ctx.options.process_deferred()
+        except exceptions.OptionsError as exc:
+            self._options_error = str(exc)
+            for name in [k for k in ctx.options.deferred if k.startswith("observer_")]:
+                del ctx.options.deferred[name]
+            log.error("observer: %s; not recording", exc)
 
     def configure(self, updated: set[str]) -> None:
         names = [f.name for f in fields(Limits)]
@@ -464,6 +487,10 @@ class LLMAudit:
             raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
 
     def running(self) -> None:
+        if self._options_error is not None:
+            log.error("observer: not recording: %s", self._options_error)
+            ctx.master.shutdown()
+            return
         if self._sink is None and self._writer is None:
             self._start_writer()
             if ctx.options.observer_gc_freeze:
@@ -592,7 +619,7 @@ class LLMAudit:
             if body is None:
                 return
             facts, violations = state.dialect.parse_request(body, state.view)
-            redact_request(facts)
+            state.secrets = redact_request(facts)
             state.exchange.request = facts
             state.violations.extend(violations)
         except Exception as exc:
@@ -701,7 +728,7 @@ class LLMAudit:
             body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
             if body is not None:
                 state.exchange.request, violations = dialect.parse_request(body, state.view)
-                redact_request(state.exchange.request)
+                state.secrets = redact_request(state.exchange.request)
             state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST] + violations
         return state
 
@@ -803,7 +830,7 @@ class LLMAudit:
             record = state.exchange
             record.transport_error = message
             record.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}"))
-        self._submit(record)
+        self._submit(record, state.secrets)
 
     # ----- worker -----
     def _local_observer(self, state: _FlowState) -> StreamObserver:
@@ -826,7 +853,7 @@ class LLMAudit:
             log.error("observer: the worker returned a record for unknown flow %s", fid)
             return
         record.violations.extend(state.violations)
-        self._submit(record)
+        self._submit(record, state.secrets)
 
     def _worker_died(self, reason: str) -> None:
         """Every flow the worker held continues in-process with an observer that has failed
@@ -893,7 +920,17 @@ class LLMAudit:
             started_at=utc_from_epoch(req.timestamp_start or time.time()),
         )
 
-    def _submit(self, record: Exchange) -> None:
+    def _submit(self, record: Exchange, secrets: list[str]) -> None:
+        """Hands ``record`` to the sink, after removing echoes of the request's credential values
+        (``secrets``, ``observer.redact.scrub``) from the response body and error message."""
+        if secrets:
+            try:
+                record.response_body = scrub(record.response_body, secrets)
+                if record.error is not None:
+                    record.error.message = scrub(record.error.message, secrets)
+                record.transport_error = scrub(record.transport_error, secrets)
+            except Exception:  # noqa: BLE001 - never lose the record
+                self._hook_failed("scrub")
         sink = self._sink
         if sink is None:
             self.records_dropped += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -61,22 +62,28 @@ def run(
     except ObserverError as exc:
         _fail(str(exc))
     _upgrade(settings.db)
-    token = resolve_token(settings)
-    api = start_api_process(settings, token)
-    ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
-    typer.echo(
-        f"observer: proxy http://{settings.proxy_host}:{settings.proxy_port} "
-        f"(clients trust {ca}), API http://{settings.api_host}:{settings.api_port}/docs, "
-        f"store {_safe(settings.db)}"
-    )
+    started: list[subprocess.Popen] = []
+
+    def start_api() -> subprocess.Popen:
+        """Called once the proxy accepted every option: the token, the API, the banner."""
+        started.append(start_api_process(settings, resolve_token(settings)))
+        ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
+        typer.echo(
+            f"observer: proxy http://{settings.proxy_host}:{settings.proxy_port} "
+            f"(clients trust {ca}), API http://{settings.api_host}:{settings.api_port}/docs, "
+            f"store {_safe(settings.db)}"
+        )
+        return started[0]
+
     from mitmproxy.exceptions import OptionsError
 
     try:
-        code = asyncio.run(run_proxy(settings, list(set_ or []), api))
+        code = asyncio.run(run_proxy(settings, list(set_ or []), start_api))
     except OptionsError as exc:
         _fail(f"invalid --set option: {exc}")
     finally:
-        stop_process(api)
+        for proc in started:
+            stop_process(proc)
     raise typer.Exit(code)
 
 

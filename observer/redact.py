@@ -9,14 +9,25 @@ Headers are never recorded at all. What is recorded and may carry a credential:
   case-insensitively: the whole name against ``SECRET_QUERY_NAMES``, each word against
   ``SECRET_QUERY_WORDS`` (so ``x-api-key`` and ``refresh_token`` match, ``keyboard`` and
   ``max_tokens`` do not).
-- **The request body's parameters and metadata** (``redact_fields``): OpenAI-compatible gateways
-  take the upstream's key in the body (LiteLLM: ``api_key``, ``aws_secret_access_key``,
-  ``aws_session_token``, ``vertex_credentials``), Anthropic's MCP connector an
-  ``authorization_token`` per server, and free-form ``metadata`` can hold anything. Body names are
-  matched more narrowly than query names, because real generation parameters end in ``key`` or
-  ``tokens`` (``prompt_cache_key``, ``max_tokens``): see ``is_secret_field``. Messages and tool
-  declarations are not touched (a tool's JSON schema may declare a ``password`` property; it is
-  a schema, not a secret).
+- **The request body's parameters, metadata and tool declarations** (``redact_request``):
+  OpenAI-compatible gateways take upstream credentials in the body (LiteLLM: ``api_key``,
+  ``aws_secret_access_key``, ``aws_session_token``, ``aws_web_identity_token``,
+  ``vertex_credentials``, ``azure_ad_token``), OpenAI's Responses API an MCP tool's
+  ``authorization`` and ``headers``, and free-form ``metadata`` can hold anything. A field name
+  is a credential by ``is_secret_field``: stricter about ``key`` and ``token`` than the query rule,
+  because real generation parameters end in them (``prompt_cache_key``, ``max_tokens``,
+  ``stop_token``), looser about ``secret``/``password``/``credential``/``apikey`` (matched
+  anywhere in the name: ``dbPassword``, ``openAIApiKey``; lossy for ``password_hint``, safe).
+  Everything under such a name is replaced, whatever its shape (a list of keys, a service
+  account object), except ``null``, booleans and empty values. Names of JSON Schema properties
+  and definitions (``properties``, ``$defs``, ...) are not field names: a tool or
+  ``response_format`` schema may declare a ``password`` property, and it stays. Any string
+  holding a URL keeps its host but loses a password in its user-info
+  (``postgres://u:REDACTED@db``) and the values of credential query parameters.
+- **Echoes of those values** (``scrub``): an upstream's validation error may quote the request
+  (``{"loc": ["body", "api_key"], "input": "sk-..."}``); every value removed from the request
+  is also removed from the record's ``response_body`` and error message. Messages are kept as
+  sent: what users typed is the record.
 """
 
 from __future__ import annotations
@@ -35,15 +46,38 @@ SECRET_QUERY_WORDS = frozenset(
     {"key", "token", "secret", "password", "passwd", "signature", "credential", "credentials", "authorization"}
 )
 _WORD_SPLIT = re.compile(r"[-_.]")
-#: Body field words that make a name a credential wherever they appear (``client_secret``,
-#: ``db_password``, ``vertex_credentials``, ``authorization_token``).
-SECRET_FIELD_WORDS = frozenset(
-    {"secret", "password", "passwd", "credential", "credentials", "authorization", "signature", "jwt"}
-)
-#: Words that, right before a final ``token``, make it a credential (``access_token``; not
-#: ``stop_token`` or ``eos_token``, which are vocabulary tokens).
+#: Parts that make a body field name a credential wherever they occur in it (lower-cased, only
+#: letters and digits kept: ``db_password`` -> ``dbpassword``, ``openAIApiKey`` -> ``openaiapikey``).
+SECRET_FIELD_PARTS = (
+    "secret", "password", "passwd", "passphrase", "credential", "apikey", "privatekey", "accesskey",
+    "authorization", "cookie", "bearer",
+)  # fmt: skip
+#: Whole words (split at ``-_. `` and camelCase humps) that make a body field name a credential.
+SECRET_FIELD_WORDS = frozenset({"auth", "pwd", "pass", "jwt", "signature", "sas", "otp"})
+#: Names ending in ``token`` that are vocabulary or paging tokens, not credentials (compact form).
+NOT_SECRET_TOKENS = frozenset(
+    {"stoptoken", "eostoken", "bostoken", "padtoken", "unktoken", "septoken", "clstoken", "masktoken", "starttoken",
+     "endtoken", "pagetoken", "nextpagetoken", "prevpagetoken", "previouspagetoken", "continuationtoken",
+     "maxtoken", "mintoken", "lasttoken", "firsttoken"}
+)  # fmt: skip
+#: Names ending in the word ``key`` that name a lookup key, not a credential (compact form).
+NOT_SECRET_KEYS = frozenset(
+    {"promptcachekey", "idempotencykey", "cachekey", "sortkey", "partitionkey", "routingkey", "groupkey", "dedupkey",
+     "dedupekey", "deduplicationkey", "primarykey", "foreignkey", "lookupkey", "conversationkey", "threadkey",
+     "tracekey", "correlationkey", "objectkey", "hashkey", "rangekey", "messagekey", "eventkey", "statekey",
+     "hotkey", "shortcutkey", "uniquekey", "keyboardkey"}
+)  # fmt: skip
+#: Words before a final ``tokens`` that make it a list of credentials (``access_tokens``).
 _TOKEN_KINDS = frozenset({"access", "refresh", "id", "auth", "session", "bearer", "api", "security", "oauth"})
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+#: Keys whose object maps names of JSON Schema things (properties, definitions), not fields.
+SCHEMA_NAME_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "defs", "mapping", "dependentSchemas",
+     "dependentRequired"}
+)  # fmt: skip
+_FIELD_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]")
+_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)([^\s/?#@]+)(@)")
+_MIN_ECHO = 6  # shortest removed value that ``scrub`` looks for (characters): shorter ones are too common
 
 
 def is_secret_param(name: str) -> bool:
@@ -68,51 +102,119 @@ def redact_path(path: str) -> str:
 
 
 def is_secret_field(name: str) -> bool:
-    """True for a request-body field name that carries a credential. The name is split into
-    words at ``-``, ``_``, ``.`` and camelCase humps and lower-cased; it is a credential when it
-    ends in ``api key`` (``api_key``, ``apiKey``, ``openai_api_key``) or is ``apikey``; ends in
-    ``token`` that stands alone or follows one of ``_TOKEN_KINDS`` (``token``,
-    ``access_token``, ``aws_session_token``); contains ``access key`` or ``private key``
-    (``aws_access_key_id``); or has a word in ``SECRET_FIELD_WORDS``. Not credentials:
-    ``prompt_cache_key``, ``idempotency_key``, ``max_tokens``, ``budget_tokens``, ``stop_token``."""
-    words = [w for w in _WORD_SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
+    """True for a request-body field name that carries a credential. ``compact`` is the name
+    lower-cased with only letters and digits; ``words`` its words (split at any other character
+    and at camelCase humps: ``azureADToken`` -> azure, ad, token). A credential when ``compact``
+    contains one of ``SECRET_FIELD_PARTS`` (``client_secret``, ``dbPassword``, ``api_keys``,
+    ``aws_access_key_id``); or it ends in ``token`` and is not in ``NOT_SECRET_TOKENS``
+    (``token``, ``hf_token``, ``azure_ad_token``; not ``stop_token``, ``next_page_token``); or
+    it ends in ``tokens`` after one of ``_TOKEN_KINDS`` (``access_tokens``; not ``max_tokens``);
+    or its last word is ``key`` and it is not in ``NOT_SECRET_KEYS`` (``key``, ``master_key``,
+    ``openai_key``; not ``prompt_cache_key``); or a word is in ``SECRET_FIELD_WORDS`` (``auth``,
+    ``pwd``, ``jwt``)."""
+    compact = _NOT_ALNUM.sub("", name.lower())
+    if not compact:
+        return False
+    if any(part in compact for part in SECRET_FIELD_PARTS):
+        return True
+    if compact.endswith("token"):
+        return compact not in NOT_SECRET_TOKENS
+    words = [w.lower() for w in _FIELD_WORDS.findall(name)]
     if not words:
         return False
-    if words[-1] == "apikey" or words[-2:] == ["api", "key"]:
-        return True
-    if words[-1] == "token" and (len(words) == 1 or words[-2] in _TOKEN_KINDS):
-        return True
-    pairs = set(zip(words, words[1:]))
-    if ("access", "key") in pairs or ("private", "key") in pairs:
-        return True
+    if words[-1] == "tokens":
+        return len(words) > 1 and words[-2] in _TOKEN_KINDS
+    if words[-1] == "key":
+        return compact not in NOT_SECRET_KEYS
     return any(w in SECRET_FIELD_WORDS for w in words)
 
 
-def redact_fields(value: Any) -> int:
-    """Replaces, **in place**, every non-empty string held under a credential name
-    (``is_secret_field``) anywhere in ``value`` (JSON: dicts, lists, scalars) by ``REDACTED``;
-    returns how many were replaced. Other values under such names are kept (``"password":
-    {"type": "string"}`` in a response schema is not a secret). Iterative, so any nesting the
-    JSON parser accepted is walked; never raises on JSON input. In place because the request
-    facts own what the dialect parsed from the body (no one else holds it)."""
+def redact_string(value: str) -> str:
+    """``value`` with a URL's user-info password and its credential query parameters
+    (``is_secret_param``) replaced by ``REDACTED``; other strings are returned as they are."""
+    if "://" not in value:
+        return value
+    out = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + m.group(3), value)
+    if "?" in out and " " not in out:
+        out = redact_path(out)
+    return out
+
+
+def redact_fields(value: Any, removed: list[str] | None = None) -> int:
+    """Redacts ``value`` (JSON: dicts, lists, scalars) **in place** and returns how many values
+    were replaced by ``REDACTED``: everything under a credential name (``is_secret_field``)
+    that is not ``null``, a boolean or empty, and the secret parts of URLs in any string
+    (``redact_string``). Keys of an object held under one of ``SCHEMA_NAME_MAPS`` are names of
+    schema properties, not fields: they are not tested (their values are walked). The string
+    forms of the values replaced (the leaves of a replaced list or object) are appended to
+    ``removed`` (for ``scrub``). Iterative, so any nesting the JSON parser accepted is walked;
+    never raises on JSON input. In place because the request facts own what the dialect parsed
+    from the body (no one else holds it)."""
     n = 0
-    stack = [value]
+    stack: list[tuple[Any, bool]] = [(value, False)]
     while stack:
-        v = stack.pop()
+        v, names_are_schema = stack.pop()
         if isinstance(v, dict):
             for k, item in v.items():
-                if isinstance(item, str):
-                    if item and isinstance(k, str) and is_secret_field(k):
-                        v[k] = REDACTED
+                if item is None or item is True or item is False:
+                    continue
+                if not names_are_schema and isinstance(k, str) and is_secret_field(k):
+                    if item == "" or item == [] or item == {}:
+                        continue
+                    if removed is not None:
+                        _leaves(item, removed)
+                    v[k] = REDACTED
+                    n += 1
+                elif isinstance(item, str):
+                    new = redact_string(item)
+                    if new is not item and new != item:
+                        v[k] = new
                         n += 1
                 elif isinstance(item, (dict, list)):
-                    stack.append(item)
+                    stack.append((item, isinstance(k, str) and k in SCHEMA_NAME_MAPS and isinstance(item, dict)))
         elif isinstance(v, list):
-            stack.extend(item for item in v if isinstance(item, (dict, list)))
+            for i, item in enumerate(v):
+                if isinstance(item, str):
+                    new = redact_string(item)
+                    if new is not item and new != item:
+                        v[i] = new
+                        n += 1
+                elif isinstance(item, (dict, list)):
+                    stack.append((item, False))
     return n
 
 
-def redact_request(facts: RequestFacts) -> int:
-    """Redacts ``facts.parameters`` and ``facts.metadata`` in place (``redact_fields``); returns
-    how many values were replaced. Called on every parsed request before it joins a record."""
-    return redact_fields(facts.parameters) + redact_fields(facts.metadata)
+def _leaves(value: Any, out: list[str]) -> None:
+    """Appends the string forms of the string and number leaves of ``value`` to ``out``."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(str(v))
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def redact_request(facts: RequestFacts) -> list[str]:
+    """Redacts ``facts.parameters``, ``facts.metadata`` and ``facts.tools`` in place
+    (``redact_fields``); returns the values removed (for ``scrub``; kept only in memory until
+    the flow's record is made). Called on every parsed request before it joins a record."""
+    removed: list[str] = []
+    for part in (facts.parameters, facts.metadata, facts.tools):
+        redact_fields(part, removed)
+    return removed
+
+
+def scrub(text: str | None, removed: list[str]) -> str | None:
+    """``text`` with every occurrence of a removed value at least ``_MIN_ECHO`` characters long
+    replaced by ``REDACTED`` (longest first, so a value that contains another goes whole)."""
+    if not text or not removed:
+        return text
+    for secret in sorted({r for r in removed if len(r) >= _MIN_ECHO}, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text

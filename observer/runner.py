@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 from observer.config import Settings
 from observer.errors import ConfigError
@@ -66,9 +67,15 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) 
             proc.wait(timeout=timeout_s)
 
 
-async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Popen | None = None) -> int:
+async def run_proxy(
+    settings: Settings, mitm_sets: list[str], start_api: Callable[[], subprocess.Popen | None] | None = None
+) -> int:
     """Runs the forward proxy until SIGINT/SIGTERM (exit code 0) or until the API child dies
-    (exit code 1). ``mitm_sets`` are extra mitmproxy options as ``name=value`` strings."""
+    (exit code 1). ``mitm_sets`` are extra mitmproxy options as ``name=value`` strings; a
+    malformed or out-of-range one raises ``mitmproxy.exceptions.OptionsError`` before
+    ``start_api`` is called (so nothing is started and no banner is printed for a bad
+    ``--set``: trial finding). ``start_api`` starts the query API and returns its process, which
+    is watched; the caller stops it."""
     from mitmproxy import options
     from mitmproxy.tools.dump import DumpMaster
 
@@ -82,6 +89,7 @@ async def run_proxy(settings: Settings, mitm_sets: list[str], api: subprocess.Po
     opts.update(observer_db=settings.db, observer_migrate=False, observer_spool=str(settings.spool_file))
     if mitm_sets:
         opts.set(*mitm_sets)
+    api = start_api() if start_api is not None else None
     exit_code = 0
 
     stopping = False

@@ -457,3 +457,21 @@ def test_api_auth(proxy) -> None:
     assert api.request("/v1/exchanges/does-not-exist", token="wrong-token").status_code == 401
     assert api.request("/v1/exchanges").status_code == 200
     assert api.request("/v1/exchanges/does-not-exist").status_code == 404
+
+
+def test_mitmdump_with_a_malformed_observer_option_exits_and_says_why(tmp_path):
+    """Trial finding: ``mitmdump -s addons/llm_audit.py --set observer_worker_buffer_mb=abc``
+    printed nothing, proxied traffic and recorded none of it (mitmproxy's script loader dropped
+    the option error and the addon). Now: the reason on the log, exit code 1, no store touched."""
+    import subprocess
+
+    from tests.e2e.harness import REPO, MitmdumpProcess
+
+    db = tmp_path / "x.db"
+    m = MitmdumpProcess(REPO / "addons" / "llm_audit.py", workdir=str(tmp_path), quiet=False,
+                        sets={"observer_db": f"sqlite:///{db}", "observer_worker_buffer_mb": "abc"})  # fmt: skip
+    done = subprocess.run(m.build_argv(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "observer: Failed to parse option observer_worker_buffer_mb: not an integer: abc; not recording" in out
+    assert not db.exists()

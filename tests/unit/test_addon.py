@@ -526,3 +526,28 @@ def test_credentials_in_the_request_body_are_redacted():
             "type": "object", "properties": {"password": {"type": "string"}}}}},
     }  # fmt: skip
     assert req["metadata"] == {"aws_session_token": "REDACTED", "team": "red"}
+
+
+def test_an_upstream_error_that_echoes_a_redacted_credential_is_scrubbed():
+    """Trial finding: a 422 that quoted the request (FastAPI/pydantic ``extra_forbidden``) kept
+    the ``api_key`` value in ``response_body``."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    echo = (b'{"detail":[{"type":"extra_forbidden","loc":["body","api_key"],'
+            b'"msg":"Extra inputs are not permitted","input":"sk-live-abc123"}]}')  # fmt: skip
+    with taddons.context(addon):
+        f = llm_flow("application/json")
+        f.request.host = "gateway.example"
+        f.request.path = "/v1/chat/completions"
+        f.request.content = b'{"model":"m","stream":true,"messages":[],"api_key":"sk-live-abc123"}'
+        tap = open_stream(addon, f, status=422, content_type="application/json")
+        assert tap(echo) is echo
+        tap(b"")
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.outcome == "http_error"
+    assert rec.request.parameters == {"api_key": "REDACTED"}
+    assert rec.response_body == (
+        '{"detail":[{"type":"extra_forbidden","loc":["body","api_key"],'
+        '"msg":"Extra inputs are not permitted","input":"REDACTED"}]}'
+    )

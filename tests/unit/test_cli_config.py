@@ -144,3 +144,20 @@ def test_run_refuses_set_of_the_options_it_manages(tmp_path, name):
     assert result.exit_code == 2
     assert f"--set {name} is not accepted by observer run" in result.output
     assert "observer: proxy" not in result.output  # refused before the banner and the API start
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "observer_worker_buffer_mb must be 1-4096"), ("abc", "not an integer: abc")],
+)
+def test_run_refuses_a_bad_set_before_the_banner_and_the_api(tmp_path, value, message):
+    """Trial finding: a bad ``--set`` value was refused only after the ready banner was printed
+    and the API token created; now nothing is started and nothing claims to be ready."""
+    result = CliRunner().invoke(
+        app, ["run", "--proxy-port", "0", "--api-port", "0", "--data-dir", str(tmp_path / "data"),
+              "--db", f"sqlite:///{tmp_path / 'x.db'}", "--set", f"observer_worker_buffer_mb={value}"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "invalid --set option" in result.output and message in result.output
+    assert "observer: proxy" not in result.output
+    assert not list((tmp_path / "data").glob("*token*"))

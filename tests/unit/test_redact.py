@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from observer.records import RequestFacts
-from observer.redact import is_secret_field, redact_fields, redact_path, redact_request
+from observer.redact import is_secret_field, redact_fields, redact_path, redact_request, redact_string, scrub
 
 
 @pytest.mark.parametrize(
@@ -34,15 +34,22 @@ def test_ordinary_names_kept(name):
     assert redact_path(f"/v1/x?{name}=2") == f"/v1/x?{name}=2"
 
 
-# --- request bodies (trial finding: ``api_key`` in an OpenAI-compatible body was stored verbatim) ---
+# --- request bodies (trial findings: ``api_key`` in an OpenAI-compatible body was stored verbatim;
+# then azure_ad_token, hf_token, openAIApiKey, dbPassword, master_key, a list under api_key, an MCP
+# tool's authorization and a password in a database URL) ---
 
 
 @pytest.mark.parametrize(
     "name",
-    ["api_key", "apiKey", "API_KEY", "apikey", "openai_api_key", "x-api-key", "token", "access_token", "accessToken",
-     "refresh_token", "id_token", "aws_session_token", "aws_secret_access_key", "aws_access_key_id",
-     "vertex_credentials", "authorization", "authorization_token", "client_secret", "secret", "password", "db.password",
-     "privateKey", "jwt", "signature"],
+    ["api_key", "apiKey", "API_KEY", "apikey", "openai_api_key", "openAIApiKey", "XApiKey", "MYAPIKEY", "api key",
+     "api_key_2", "api_key_value", "api_keys", "x-api-key", "token", "access_token", "accessToken", "refreshToken",
+     "id_token", "aws_session_token", "aws_web_identity_token", "azure_ad_token", "azureADToken", "hf_token",
+     "github_token", "sas_token", "watsonx_token", "user_token", "client_token", "access_tokens",
+     "aws_secret_access_key", "aws_access_key_id", "vertex_credentials", "authorization", "Authorization",
+     "authorization_token", "client_secret", "clientsecret", "client_secrets", "secret", "mysecret", "password",
+     "passwords", "dbpassword", "DBPassword", "db.password", "passphrase", "pwd", "pass", "privateKey", "jwt",
+     "signature", "Cookie", "bearer", "auth", "x-auth", "key", "openai_key", "anthropic_key", "master_key",
+     "encryption_key", "signingKey"],
 )  # fmt: skip
 def test_secret_field_names(name):
     assert is_secret_field(name)
@@ -50,35 +57,46 @@ def test_secret_field_names(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["prompt_cache_key", "idempotency_key", "key", "max_tokens", "max_completion_tokens", "maxOutputTokens",
-     "budget_tokens", "stop_token", "eos_token", "tokens", "keyboard", "user", "safety_identifier", "cachedContent",
-     "previous_response_id", "service_tier", "temperature", ""],
+    ["prompt_cache_key", "promptCacheKey", "idempotency_key", "sort_key", "max_tokens", "max_completion_tokens",
+     "maxOutputTokens", "budget_tokens", "tokens", "stop_token", "eos_token", "next_page_token", "pageToken",
+     "keyboard", "monkey", "key_id", "user", "author", "safety_identifier", "cachedContent", "previous_response_id",
+     "service_tier", "temperature", "logit_bias", "top_k", "stop", ""],
 )  # fmt: skip
 def test_ordinary_field_names(name):
     """Real generation parameters end in ``key`` and ``tokens``; they stay readable."""
     assert not is_secret_field(name)
 
 
-def test_redact_fields_replaces_secret_strings_at_any_depth_in_place():
+def test_redact_fields_replaces_whatever_a_credential_name_holds_at_any_depth_in_place():
     params = {
         "api_key": "sk-live-1",
         "temperature": 0.2,
         "prompt_cache_key": "user-42",
         "mcp_servers": [{"name": "crm", "url": "https://mcp.example", "authorization_token": "tok-9"}],
         "response_format": {"type": "json_schema", "json_schema": {"schema": {
-            "properties": {"password": {"type": "string"}}, "required": ["password"]}}},
-        "extra": {"aws_secret_access_key": "", "token": None, "access_token": 5},
+            "properties": {"password": {"type": "string"}}, "required": ["password"],
+            "discriminator": {"mapping": {"password": "#/$defs/PwLogin"}}}}},
+        "api_keys": ["sk-a", "sk-b"],
+        "vertex_credentials": {"type": "service_account", "private_key": "-----BEGIN"},
+        "extra": {"aws_secret_access_key": "", "token": None, "passwordless": True, "access_token": 1234567},
+        "database_url": "postgres://app:pw-9@db.internal/x",
     }  # fmt: skip
-    assert redact_fields(params) == 2
+    removed: list[str] = []
+    assert redact_fields(params, removed) == 6
     assert params == {
         "api_key": "REDACTED",
         "temperature": 0.2,
         "prompt_cache_key": "user-42",
         "mcp_servers": [{"name": "crm", "url": "https://mcp.example", "authorization_token": "REDACTED"}],
         "response_format": {"type": "json_schema", "json_schema": {"schema": {
-            "properties": {"password": {"type": "string"}}, "required": ["password"]}}},
-        "extra": {"aws_secret_access_key": "", "token": None, "access_token": 5},
+            "properties": {"password": {"type": "string"}}, "required": ["password"],
+            "discriminator": {"mapping": {"password": "#/$defs/PwLogin"}}}}},
+        "api_keys": "REDACTED",
+        "vertex_credentials": "REDACTED",
+        "extra": {"aws_secret_access_key": "", "token": None, "passwordless": True, "access_token": "REDACTED"},
+        "database_url": "postgres://app:REDACTED@db.internal/x",
     }  # fmt: skip
+    assert sorted(removed) == sorted(["sk-live-1", "tok-9", "sk-a", "sk-b", "service_account", "-----BEGIN", "1234567"])
 
 
 def test_redact_fields_walks_any_nesting_without_recursion():
@@ -95,16 +113,49 @@ def test_redact_fields_walks_any_nesting_without_recursion():
     assert redact_fields("api_key") == 0
 
 
-def test_redact_request_covers_parameters_and_metadata_only():
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("postgres://u:PW@db/x", "postgres://u:REDACTED@db/x"),
+     ("https://mcp.example/sse?api_key=xyz&x=1", "https://mcp.example/sse?api_key=REDACTED&x=1"),
+     ("https://user@host/path", "https://user@host/path"),
+     ("see https://a.example/c?q=1 for more", "see https://a.example/c?q=1 for more"),
+     ("no url: a:b@c", "no url: a:b@c")],
+)  # fmt: skip
+def test_redact_string_urls(value, expected):
+    assert redact_string(value) == expected
+
+
+STR = {"type": "string"}
+
+
+def test_redact_request_covers_parameters_metadata_and_tools_not_messages():
     facts = RequestFacts(
         model="m",
         messages=[{"role": "user", "content": "my password is hunter2", "password": "kept"}],
-        tools=[{"type": "function", "function": {"name": "login", "parameters": {"properties": {"token": "x"}}}}],
+        tools=[
+            {"type": "function", "function": {"name": "login", "parameters": {"properties": {"token": STR}}}},
+            {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/sse",
+             "authorization": "oauth-abc", "headers": {"Authorization": "Bearer xyz", "X-Team": "red"}},
+        ],
         parameters={"api_key": "sk-1", "max_tokens": 5},
         metadata={"session_token": "s-1", "team": "a"},
-    )
-    assert redact_request(facts) == 2
+    )  # fmt: skip
+    assert sorted(redact_request(facts)) == ["Bearer xyz", "oauth-abc", "s-1", "sk-1"]
     assert facts.parameters == {"api_key": "REDACTED", "max_tokens": 5}
     assert facts.metadata == {"session_token": "REDACTED", "team": "a"}
     assert facts.messages == [{"role": "user", "content": "my password is hunter2", "password": "kept"}]
-    assert facts.tools[0]["function"]["parameters"] == {"properties": {"token": "x"}}
+    assert facts.tools == [
+        {"type": "function", "function": {"name": "login", "parameters": {"properties": {"token": STR}}}},
+        {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/sse",
+         "authorization": "REDACTED", "headers": {"Authorization": "REDACTED", "X-Team": "red"}},
+    ]  # fmt: skip
+
+
+def test_scrub_removes_echoes_of_removed_values():
+    body = '{"detail":[{"loc":["body","api_key"],"input":"sk-live-abcdef"}],"n":"1234"}'
+    assert scrub(body, ["sk-live-abcdef", "1234", "sk-live-abcdef-long"]) == (
+        '{"detail":[{"loc":["body","api_key"],"input":"REDACTED"}],"n":"1234"}'
+    )  # "1234" is shorter than 6 characters: too common to replace
+    assert scrub("sk-live-abcdef-long", ["sk-live-abcdef", "sk-live-abcdef-long"]) == "REDACTED"
+    assert scrub(None, ["abcdefgh"]) is None
+    assert scrub("text", []) == "text"

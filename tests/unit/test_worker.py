@@ -547,3 +547,26 @@ def test_worker_buffer_option_is_bounded(mb):
         with pytest.raises(exceptions.OptionsError, match=r"observer_worker_buffer_mb must be 1-4096 .*got " + str(mb)):
             tctx.configure(addon, observer_worker_buffer_mb=mb)
         tctx.configure(addon, observer_worker_buffer_mb=4096)
+
+
+def test_worker_records_are_scrubbed_of_redacted_credentials_too():
+    """The record the worker returns passes the same scrub as an in-process one: a 422 body
+    that quotes the request's ``api_key`` is stored without it."""
+    echo = b'{"detail":[{"loc":["body","api_key"],"input":"sk-live-abc123"}]}'
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        f = llm_flow("application/json")
+        f.request.host = "gateway.example"
+        f.request.path = "/v1/chat/completions"
+        f.request.content = b'{"model":"m","stream":true,"messages":[],"api_key":"sk-live-abc123"}'
+        tap = open_stream(addon, f, status=422, content_type="application/json")
+        assert isinstance(tap, WorkerTap)
+        tap(echo)
+        tap(b"")
+        addon.response(f)
+        await until(lambda: sink.records)
+
+    (rec,) = drive(scenario)[0].records
+    assert rec.outcome == "http_error"
+    assert rec.request.parameters == {"api_key": "REDACTED"}
+    assert rec.response_body == '{"detail":[{"loc":["body","api_key"],"input":"REDACTED"}]}'
