@@ -37,8 +37,8 @@ from observer.errors import ObserverError
 from observer.dialects.registry import DialectRegistry, default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
-from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
-from observer.redact import redact_path, redact_request, scrub
+from observer.records import Exchange, RequestFacts, Violation, ViolationKind, utc_from_epoch
+from observer.redact import MAX_FIELDS, redact_path, redact_request, scrub
 from observer.tap import StreamObserver, feed_pending, request_only_record
 from observer.wire.content import LIMIT_CODE, make_decoder
 from observer.worker import WorkerDied, WorkerLink
@@ -619,7 +619,7 @@ class LLMAudit:
             if body is None:
                 return
             facts, violations = state.dialect.parse_request(body, state.view)
-            state.secrets = redact_request(facts)
+            state.secrets = _redacted(facts, violations)
             state.exchange.request = facts
             state.violations.extend(violations)
         except Exception as exc:
@@ -728,7 +728,7 @@ class LLMAudit:
             body = self._decoded_request(raw, flow.request.headers.get("content-encoding"), state)
             if body is not None:
                 state.exchange.request, violations = dialect.parse_request(body, state.view)
-                state.secrets = redact_request(state.exchange.request)
+                state.secrets = _redacted(state.exchange.request, violations)
             state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST] + violations
         return state
 
@@ -928,6 +928,7 @@ class LLMAudit:
                 record.response_body = scrub(record.response_body, secrets)
                 if record.error is not None:
                     record.error.message = scrub(record.error.message, secrets)
+                    record.error.code = scrub(record.error.code, secrets)
                 record.transport_error = scrub(record.transport_error, secrets)
             except Exception:  # noqa: BLE001 - never lose the record
                 self._hook_failed("scrub")
@@ -949,6 +950,18 @@ class LLMAudit:
     def _hook_failed(self, hook: str) -> None:
         self.hook_errors += 1
         log.error("observer: %s hook failed; the flow passes through unobserved", hook, exc_info=True)
+
+
+def _redacted(facts: RequestFacts, violations: list[Violation]) -> list[str]:
+    """Redacts the request's credentials in place (``observer.redact.redact_request``) and
+    returns the values removed; a part too big to check is dropped with an ``oversize_request``
+    violation appended to ``violations``."""
+    removed, dropped = redact_request(facts)
+    for name in dropped:
+        violations.append(Violation(ViolationKind.OVERSIZE_REQUEST, None,
+                                    f"request {name}: more than {MAX_FIELDS} values; not kept (not checked for "
+                                    "credentials in bounded time)"))  # fmt: skip
+    return removed
 
 
 def _freeze_startup_heap() -> None:

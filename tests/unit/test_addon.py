@@ -551,3 +551,29 @@ def test_an_upstream_error_that_echoes_a_redacted_credential_is_scrubbed():
         '{"detail":[{"type":"extra_forbidden","loc":["body","api_key"],'
         '"msg":"Extra inputs are not permitted","input":"REDACTED"}]}'
     )
+
+
+def test_request_parameters_too_big_to_check_for_credentials_are_dropped_with_a_violation():
+    """Bounded work on the proxy's loop: a part with more than ``MAX_FIELDS`` values is not
+    walked; it is stored empty and the record says why."""
+    import json
+
+    from observer.redact import MAX_FIELDS
+
+    doc = json.loads(REQUEST)
+    doc["parameters"] = {f"p{i}": i for i in range(MAX_FIELDS + 1)}
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        f.request.content = json.dumps(doc).encode()
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.request.parameters == {}
+    assert rec.request.metadata["request_id"] == "550e8400-e29b-41d4-a716-446655440000"
+    assert rec.text == "The weather in Vienna is 24C and sunny."
+    assert [(v.kind, v.detail) for v in rec.violations] == [
+        ("oversize_request", f"request parameters: more than {MAX_FIELDS} values; not kept (not checked for "
+                             "credentials in bounded time)")
+    ]  # fmt: skip

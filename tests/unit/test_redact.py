@@ -3,10 +3,21 @@ code, secret, X-Amz-*, X-Goog-Signature, client_secret, refresh_token were kept 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from observer.records import RequestFacts
-from observer.redact import is_secret_field, redact_fields, redact_path, redact_request, redact_string, scrub
+from observer.redact import (
+    MAX_FIELDS,
+    MAX_URLS,
+    is_secret_field,
+    redact_fields,
+    redact_path,
+    redact_request,
+    redact_string,
+    scrub,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,12 +55,13 @@ def test_ordinary_names_kept(name):
     ["api_key", "apiKey", "API_KEY", "apikey", "openai_api_key", "openAIApiKey", "XApiKey", "MYAPIKEY", "api key",
      "api_key_2", "api_key_value", "api_keys", "x-api-key", "token", "access_token", "accessToken", "refreshToken",
      "id_token", "aws_session_token", "aws_web_identity_token", "azure_ad_token", "azureADToken", "hf_token",
-     "github_token", "sas_token", "watsonx_token", "user_token", "client_token", "access_tokens",
-     "aws_secret_access_key", "aws_access_key_id", "vertex_credentials", "authorization", "Authorization",
+     "github_token", "sas_token", "watsonx_token", "user_token", "client_token", "access_tokens", "api_token_v2",
+     "token_value", "aws_secret_access_key", "vertex_credentials", "authorization", "Authorization",
      "authorization_token", "client_secret", "clientsecret", "client_secrets", "secret", "mysecret", "password",
-     "passwords", "dbpassword", "DBPassword", "db.password", "passphrase", "pwd", "pass", "privateKey", "jwt",
-     "signature", "Cookie", "bearer", "auth", "x-auth", "key", "openai_key", "anthropic_key", "master_key",
-     "encryption_key", "signingKey"],
+     "passwords", "dbpassword", "DBPassword", "db.password", "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44",
+     "passphrase", "pwd", "pass", "privateKey", "jwt", "github_pat", "Cookie", "bearer", "auth", "x-auth", "key",
+     "keys", "openai_key", "openai_key_1", "anthropic_key", "master_key", "encryption_key", "signingKey",
+     "connection_string", "dsn"],
 )  # fmt: skip
 def test_secret_field_names(name):
     assert is_secret_field(name)
@@ -57,13 +69,17 @@ def test_secret_field_names(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["prompt_cache_key", "promptCacheKey", "idempotency_key", "sort_key", "max_tokens", "max_completion_tokens",
-     "maxOutputTokens", "budget_tokens", "tokens", "stop_token", "eos_token", "next_page_token", "pageToken",
-     "keyboard", "monkey", "key_id", "user", "author", "safety_identifier", "cachedContent", "previous_response_id",
-     "service_tier", "temperature", "logit_bias", "top_k", "stop", ""],
+    ["prompt_cache_key", "promptCacheKey", "idempotency_key", "sort_key", "template_key", "prompt_key", "lora_key",
+     "adapter_key", "max_tokens", "max_completion_tokens", "maxOutputTokens", "budget_tokens", "tokens", "stop_token",
+     "stop_token_ids", "eos_token", "image_token", "forced_bos_token", "next_page_token", "pageToken", "keyboard",
+     "monkey", "key_id", "user", "author", "auth_user", "auth_provider", "auth_method", "auth_type",
+     "credential_id", "secret_name", "password_hint", "jwt_issuer", "token_type", "aws_access_key_id", "signature",
+     "session_id", "safety_identifier", "cachedContent", "previous_response_id", "service_tier", "temperature",
+     "logit_bias", "top_k", "stop", ""],
 )  # fmt: skip
 def test_ordinary_field_names(name):
-    """Real generation parameters end in ``key`` and ``tokens``; they stay readable."""
+    """Real generation parameters end in ``key`` and ``tokens``, and names *about* a credential
+    (``credential_id``, ``auth_provider``) are what an auditor needs: they stay readable."""
     assert not is_secret_field(name)
 
 
@@ -96,7 +112,9 @@ def test_redact_fields_replaces_whatever_a_credential_name_holds_at_any_depth_in
         "extra": {"aws_secret_access_key": "", "token": None, "passwordless": True, "access_token": "REDACTED"},
         "database_url": "postgres://app:REDACTED@db.internal/x",
     }  # fmt: skip
-    assert sorted(removed) == sorted(["sk-live-1", "tok-9", "sk-a", "sk-b", "service_account", "-----BEGIN", "1234567"])
+    assert sorted(removed) == sorted(
+        ["sk-live-1", "tok-9", "sk-a", "sk-b", "service_account", "-----BEGIN", "1234567", "pw-9"]
+    )
 
 
 def test_redact_fields_walks_any_nesting_without_recursion():
@@ -117,7 +135,13 @@ def test_redact_fields_walks_any_nesting_without_recursion():
     ("value", "expected"),
     [("postgres://u:PW@db/x", "postgres://u:REDACTED@db/x"),
      ("https://mcp.example/sse?api_key=xyz&x=1", "https://mcp.example/sse?api_key=REDACTED&x=1"),
-     ("https://user@host/path", "https://user@host/path"),
+     ("https://ghp_abc@github.com/x.git", "https://REDACTED@github.com/x.git"),  # user-info alone: a token
+     ("see https://h.example/cb?access_token=abc now", "see https://h.example/cb?access_token=REDACTED now"),
+     ("https://h.example/cb#access_token=abc&state=1", "https://h.example/cb#access_token=REDACTED&state=1"),
+     ("a https://x.example/ b postgres://u:pw@h/d", "a https://x.example/ b postgres://u:REDACTED@h/d"),
+     ("Bearer abcdefghijkl", "REDACTED"),
+     ("sk-ant-abcdefghijklmnopqrstuvwx", "REDACTED"),
+     ("sk-learn is a library", "sk-learn is a library"),
      ("see https://a.example/c?q=1 for more", "see https://a.example/c?q=1 for more"),
      ("no url: a:b@c", "no url: a:b@c")],
 )  # fmt: skip
@@ -126,6 +150,7 @@ def test_redact_string_urls(value, expected):
 
 
 STR = {"type": "string"}
+SCHEMA = {"type": "object", "properties": {"token": STR}}  # a tool declares a parameter named ``token``
 
 
 def test_redact_request_covers_parameters_metadata_and_tools_not_messages():
@@ -133,19 +158,22 @@ def test_redact_request_covers_parameters_metadata_and_tools_not_messages():
         model="m",
         messages=[{"role": "user", "content": "my password is hunter2", "password": "kept"}],
         tools=[
-            {"type": "function", "function": {"name": "login", "parameters": {"properties": {"token": STR}}}},
+            {"type": "function", "function": {"name": "login", "parameters": copy.deepcopy(SCHEMA)}},
             {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/sse",
              "authorization": "oauth-abc", "headers": {"Authorization": "Bearer xyz", "X-Team": "red"}},
         ],
         parameters={"api_key": "sk-1", "max_tokens": 5},
-        metadata={"session_token": "s-1", "team": "a"},
+        metadata={"session_token": "s-1", "team": "a", "properties": {"api_key": "sk-2"}},
     )  # fmt: skip
-    assert sorted(redact_request(facts)) == ["Bearer xyz", "oauth-abc", "s-1", "sk-1"]
+    removed, dropped = redact_request(facts)
+    assert sorted(removed) == ["Bearer xyz", "oauth-abc"]  # (values under 8 characters are not scrubbed for)
+    assert dropped == []
     assert facts.parameters == {"api_key": "REDACTED", "max_tokens": 5}
-    assert facts.metadata == {"session_token": "REDACTED", "team": "a"}
+    # ``properties`` outside a JSON Schema (no ``type``, ``$ref``, ...) holds field names like any object
+    assert facts.metadata == {"session_token": "REDACTED", "team": "a", "properties": {"api_key": "REDACTED"}}
     assert facts.messages == [{"role": "user", "content": "my password is hunter2", "password": "kept"}]
     assert facts.tools == [
-        {"type": "function", "function": {"name": "login", "parameters": {"properties": {"token": STR}}}},
+        {"type": "function", "function": {"name": "login", "parameters": SCHEMA}},
         {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/sse",
          "authorization": "REDACTED", "headers": {"Authorization": "REDACTED", "X-Team": "red"}},
     ]  # fmt: skip
@@ -159,3 +187,38 @@ def test_scrub_removes_echoes_of_removed_values():
     assert scrub("sk-live-abcdef-long", ["sk-live-abcdef", "sk-live-abcdef-long"]) == "REDACTED"
     assert scrub(None, ["abcdefgh"]) is None
     assert scrub("text", []) == "text"
+
+
+def test_scrub_finds_json_escaped_and_cut_echoes():
+    secret = 'wJalr/XUtnFEMI"K7MDENG\u00e4bPxRfiCY'
+    assert scrub('{"input":"wJalr\\/XUtnFEMI\\"K7MDENG\\u00e4bPxRfiCY"}', [secret]) == '{"input":"REDACTED"}'
+    assert scrub('{"input":"wJalr/XUtnFEMI\\"K7MDENG\u00e4bPxRfiCY"}', [secret]) == '{"input":"REDACTED"}'
+    assert scrub('... "input":"sk-live-abcdef', ["sk-live-abcdefghijkl"]) == '... "input":"REDACTED'  # cut at 64 KiB
+    assert scrub('... "input":"sk-live', ["sk-live-abcdefghijkl"]) == '... "input":"sk-live'  # 7 characters: too short
+
+
+def test_a_part_with_too_many_values_is_dropped_not_walked_for_ever():
+    """Trial finding: 880k metadata keys took 1.8 s of the proxy's loop to redact."""
+    facts = RequestFacts(parameters={"temperature": 1}, metadata={f"k{i}": "v" for i in range(MAX_FIELDS + 1)})
+    removed, dropped = redact_request(facts)
+    assert dropped == ["metadata"]
+    assert facts.metadata == {} and facts.parameters == {"temperature": 1}
+    with pytest.raises(OverflowError):
+        redact_fields([[1] * 10] * (MAX_FIELDS // 10 + 1))
+
+
+def test_a_string_with_very_many_urls_is_replaced_whole():
+    assert redact_string("://a" * (MAX_URLS + 1)) == "REDACTED"
+    assert redact_string("http://a.example/ " * MAX_URLS) == "http://a.example/ " * MAX_URLS
+
+
+def test_a_long_string_with_one_url_is_scanned_once():
+    """Trial finding: a regex over ``"://" + "a-" * 128000`` (256 KB, one request field) held the
+    proxy's loop for 20 s (quadratic). The scan is linear now: ~20 ms for 1 MB here; the bound
+    below is 100x that, so only a return of the quadratic behaviour (minutes) fails it."""
+    import time
+
+    value = "://" + "a-" * 500_000
+    t0 = time.perf_counter()
+    assert redact_string(value) is value
+    assert time.perf_counter() - t0 < 5.0
