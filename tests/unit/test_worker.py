@@ -32,7 +32,7 @@ from observer.limits import Limits
 from observer.records import Exchange
 from observer.tap import StreamObserver
 from observer.worker import DATA, FINISH, OPEN, RECORD, FrameReader, WorkerCore, WorkerLink, encode
-from tests.unit.test_addon import BODY, Sink, llm_flow, open_stream
+from tests.unit.test_addon import BODY, REQUEST, Sink, llm_flow, open_stream
 from tests.wirefeed import T0, Case, cases, dialect_dirs, load, view_of
 
 
@@ -570,3 +570,31 @@ def test_worker_records_are_scrubbed_of_redacted_credentials_too():
     assert rec.outcome == "http_error"
     assert rec.request.parameters == {"api_key": "REDACTED"}
     assert rec.response_body == '{"detail":[{"loc":["body","api_key"],"input":"REDACTED"}]}'
+
+
+def test_a_flow_the_worker_cannot_be_sent_is_parsed_in_process():
+    """Trial finding: a request whose metadata nests ~900 levels (orjson accepts 1024) is past
+    pickle's recursion limit; the flow lost its text (outcome ``error``). Now it is parsed in
+    the proxy process and its record is complete."""
+    import json
+
+    doc = json.loads(REQUEST)
+    deep: list = []
+    for _ in range(1000):
+        deep = [deep]
+    doc["metadata"]["deep"] = deep
+
+    async def scenario(addon: LLMAudit, sink: Sink) -> None:
+        f = llm_flow()
+        f.request.content = json.dumps(doc).encode()
+        tap = open_stream(addon, f)
+        assert not isinstance(tap, WorkerTap)
+        tap(BODY)
+        tap(b"")
+        addon.response(f)
+        await until(lambda: sink.records)
+
+    (rec,) = drive(scenario)[0].records
+    assert rec.outcome == "completed"
+    assert rec.text == COMPLETE_TEXT
+    assert rec.violations == []
