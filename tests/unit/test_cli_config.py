@@ -161,3 +161,12 @@ def test_run_refuses_a_bad_set_before_the_banner_and_the_api(tmp_path, value, me
     assert "invalid --set option" in result.output and message in result.output
     assert "observer: proxy" not in result.output
     assert not list((tmp_path / "data").glob("*token*"))
+
+
+def test_db_upgrade_creates_the_folder_of_a_sqlite_file(tmp_path):
+    """Trial finding: ``observer run --data-dir D --db sqlite:///D/x.db`` with D not yet there
+    failed with "unable to open database file"."""
+    db = tmp_path / "new" / "deeper" / "x.db"
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 0, result.output
+    assert db.exists()
