@@ -38,7 +38,7 @@ from observer.dialects.registry import DialectRegistry, default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, RequestFacts, Violation, ViolationKind, utc_from_epoch
-from observer.redact import MAX_FIELDS, redact_path, redact_request, scrub
+from observer.redact import MAX_CHARS, MAX_FIELDS, redact_path, redact_record, redact_request
 from observer.tap import StreamObserver, feed_pending, request_only_record
 from observer.wire.content import LIMIT_CODE, make_decoder
 from observer.worker import WorkerDied, WorkerLink
@@ -931,16 +931,11 @@ class LLMAudit:
 
     def _submit(self, record: Exchange, secrets: list[str]) -> None:
         """Hands ``record`` to the sink, after removing echoes of the request's credential values
-        (``secrets``, ``observer.redact.scrub``) from the response body and error message."""
-        if secrets:
-            try:
-                record.response_body = scrub(record.response_body, secrets)
-                if record.error is not None:
-                    record.error.message = scrub(record.error.message, secrets)
-                    record.error.code = scrub(record.error.code, secrets)
-                record.transport_error = scrub(record.transport_error, secrets)
-            except Exception:  # noqa: BLE001 - never lose the record
-                self._hook_failed("scrub")
+        (``secrets``) and credentials in its request ids (``observer.redact.redact_record``)."""
+        try:
+            redact_record(record, secrets)
+        except Exception:  # noqa: BLE001 - never lose the record
+            self._hook_failed("scrub")
         sink = self._sink
         if sink is None:
             self.records_dropped += 1
@@ -968,8 +963,8 @@ def _redacted(facts: RequestFacts, violations: list[Violation]) -> list[str]:
     removed, dropped = redact_request(facts)
     for name in dropped:
         violations.append(Violation(ViolationKind.OVERSIZE_REQUEST, None,
-                                    f"request {name}: more than {MAX_FIELDS} values; not kept (not checked for "
-                                    "credentials in bounded time)"))  # fmt: skip
+                                    f"request {name}: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
+                                    "not kept (not checked for credentials in bounded time)"))  # fmt: skip
     return removed
 
 

@@ -32,6 +32,7 @@ Headers are never recorded at all. What is recorded and may carry a credential:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -53,16 +54,16 @@ _WORD_SPLIT = re.compile(r"[-_.]")
 #: normalised, lower-cased, only letters and digits kept: ``db_password`` -> ``dbpassword``).
 SECRET_FIELD_PARTS = (
     "secret", "password", "passwd", "passphrase", "credential", "apikey", "privatekey", "accesskey",
-    "authorization", "cookie", "bearer", "connectionstring", "dsn",
+    "authorization", "cookie", "bearer", "connectionstring", "passcode",
 )  # fmt: skip
 #: Whole words (split at non-alphanumerics and camelCase humps) that make a name a credential.
-SECRET_FIELD_WORDS = frozenset({"pwd", "pass", "jwt", "pat", "sas", "otp"})
+SECRET_FIELD_WORDS = frozenset({"pwd", "pass", "jwt", "pat", "sas", "otp", "dsn"})
 #: A last word that names something *about* a credential, not the credential (``password_hint``,
 #: ``credential_id``, ``secret_name``, ``token_type``): such names are kept.
 ABOUT_WORDS = frozenset(
     {"id", "ids", "name", "names", "type", "types", "provider", "method", "mode", "hint", "issuer", "style", "enabled",
      "required", "expiry", "expires", "ttl", "length", "count", "version", "format", "policy", "scope", "scopes",
-     "header", "url", "uri", "path", "file", "ref", "arn"}
+     "url", "uri", "path", "file", "ref", "arn"}
 )  # fmt: skip
 #: Words before a final ``token`` that make it a vocabulary or paging token, not a credential.
 VOCAB_WORDS = frozenset(
@@ -93,42 +94,52 @@ _SCHEMA_MARKS = ("type", "$ref", "$schema", "anyOf", "oneOf", "allOf", "items", 
 #: ``Authorization`` value, OpenAI/Anthropic keys, GitHub tokens, AWS access key ids, Google API
 #: keys, Slack tokens, JWTs.
 _SECRET_VALUE = re.compile(
-    r"(?:Bearer|Basic|Token)\s+\S{8,}|sk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"(?:(?:proxy-)?authorization\s*:\s*)?(?:(?:bearer|token)\s+[A-Za-z0-9._~+/=-]{16,}|basic\s+[A-Za-z0-9+/]{12,}=*)"
+    r"|(?-i:sk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}"
     r"|github_pat_[A-Za-z0-9_]{30,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|xox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})",
+    re.IGNORECASE,
 )
 _FIELD_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_]+")
 _NOT_ALNUM = re.compile(r"[\W_]+")
 _VERSION = re.compile(r"v?[0-9]+")
 _WS_SPLIT = re.compile(r"(\s+)")
+_AUTHORITY_END = re.compile(r"[/?#]")
 _MIN_ECHO = 8  # shortest removed value that ``scrub`` looks for (characters): shorter ones are too common
 MAX_SCRUB_VALUES = 64  # removed values ``scrub`` searches for, longest first (bounded work per record)
 MAX_URLS = 1000  # URLs examined in one string; a string with more is replaced whole (bounded work)
+MAX_NAME = 256  # characters of a field name examined; a longer name is taken for a credential's
+MAX_CHARS = 8 << 20  # characters of names and strings examined per request part (bounded work)
+MAX_QUERY_CHARS = 256 << 10  # characters of URL queries parsed per request part (bounded work)
+MAX_QUERY = 8192  # characters of a URL's query or fragment parsed; a longer one is replaced whole
 MAX_FIELDS = 50_000  # values ``redact_request`` examines per request part; a part with more is not kept
 
 
 def is_secret_param(name: str) -> bool:
-    """True for query parameter names that carry credentials (see the module docstring)."""
+    """True for query parameter names that carry credentials (see the module docstring), and
+    for any name ``is_secret_field`` takes for one (``apiToken``, ``clientSecret``)."""
     lowered = name.lower()
     if lowered in SECRET_QUERY_NAMES:
         return True
-    return any(word in SECRET_QUERY_WORDS for word in _WORD_SPLIT.split(lowered))
+    return any(word in SECRET_QUERY_WORDS for word in _WORD_SPLIT.split(lowered)) or is_secret_field(name)
 
 
 def redact_path(path: str) -> str:
     """Returns ``path`` (with query) with the values of credential parameters replaced by
     ``REDACTED``; other parameters and their order are kept. A path without a query, or
-    without credential parameters, is returned unchanged."""
+    without credential parameters, is returned unchanged; a query longer than ``MAX_QUERY``
+    characters is replaced whole."""
     base, sep, query = path.partition("?")
     if not sep:
         return path
+    if len(query) > MAX_QUERY:
+        return base + "?" + REDACTED  # bounded work (trial: a 15 MB query took 8.8 s of the loop)
     pairs = parse_qsl(query, keep_blank_values=True)
     if not any(is_secret_param(k) for k, _ in pairs):
         return path
     return base + "?" + urlencode([(k, REDACTED if is_secret_param(k) else v) for k, v in pairs])
 
 
-@functools.lru_cache(maxsize=4096)
 def is_secret_field(name: str) -> bool:
     """True for a request-body field name that carries a credential. The name is NFKC-normalised
     (``ｐａｓｓｗｏｒｄ`` -> ``password``); ``compact`` is it lower-cased with only letters and
@@ -143,7 +154,17 @@ def is_secret_field(name: str) -> bool:
     ``_TOKEN_KINDS`` (``access_tokens``; not ``max_tokens``); or its last word is ``key`` or
     ``keys`` and the word before is not in ``LOOKUP_WORDS`` (``key``, ``master_key``; not
     ``prompt_cache_key``); or its last word is ``auth`` (``x-auth``, not ``auth_user``); or a
-    word is in ``SECRET_FIELD_WORDS`` (``pwd``, ``jwt``, ``github_pat``). Cached."""
+    word is in ``SECRET_FIELD_WORDS`` (``pwd``, ``jwt``, ``github_pat``). A name longer than
+    ``MAX_NAME`` characters is taken for a credential's without examining it (no real parameter
+    is that long; bounded work: trial finding, 15 MB names took seconds). Results for names up
+    to ``MAX_NAME`` are cached (4,096 of them: at most ~1 MiB)."""
+    if len(name) > MAX_NAME:
+        return True
+    return _is_secret_field(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_field(name: str) -> bool:
     name = unicodedata.normalize("NFKC", name)
     words = [w.lower() for w in _FIELD_WORDS.findall(name)]
     if not words or words[-1] in ABOUT_WORDS:
@@ -156,27 +177,29 @@ def is_secret_field(name: str) -> bool:
         stem.pop()
     last, before = stem[-1], stem[:-1]
     if last.endswith("token"):
-        return not any(w in VOCAB_WORDS for w in before) and last[:-5] not in VOCAB_WORDS
+        return (not before or before[-1] not in VOCAB_WORDS) and last[:-5] not in VOCAB_WORDS
     if last == "tokens":
         return bool(before) and before[-1] in _TOKEN_KINDS
     if last in ("key", "keys"):
         return not before or before[-1] not in LOOKUP_WORDS
-    if last == "auth":
+    if last == "auth" or (last == "header" and "auth" in before):
         return True
     return any(w in SECRET_FIELD_WORDS for w in words)
 
 
-def redact_string(value: str, removed: list[str] | None = None) -> str:
+def redact_string(value: str, removed: list[str] | None = None, query_budget: list[int] | None = None) -> str:
     """``value`` with the secret parts of every URL in it replaced by ``REDACTED``: the
     user-info's password (``postgres://u:REDACTED@db``) or a user-info without one
     (``https://REDACTED@github.com``: a token), and the values of credential parameters
     (``is_secret_param``) in its query and fragment (``#access_token=``); a whole string that is
     a credential by its shape (``_SECRET_VALUE``: ``Bearer ...``, ``sk-...``, ``ghp_...``, a JWT)
     becomes ``REDACTED``, and so does a string with more than ``MAX_URLS`` URLs (bounded work).
-    What was replaced is appended to ``removed``. Linear in the length
+    What was replaced is appended to ``removed``. ``query_budget`` (``[characters]``, shared by
+    the strings of one request part) is decreased by every query parsed; past zero,
+    ``OverflowError`` (parsing is the costly step: ~0.3 µs per character). Linear in the length
     (URLs are found by ``str.find``, their parts by ``partition``: no backtracking regex over the
     whole string; trial finding: a regex took 20 s on a 256 KB string, on the proxy's loop)."""
-    if len(value) >= 8 and _SECRET_VALUE.fullmatch(value):
+    if len(value) >= 8 and _SECRET_VALUE.fullmatch(value.strip()):
         if removed is not None:
             removed.append(value)
         return REDACTED
@@ -190,14 +213,14 @@ def redact_string(value: str, removed: list[str] | None = None) -> str:
     changed = False
     for i, part in enumerate(parts):
         if "://" in part:
-            new = _redact_url(part, removed)
+            new = _redact_url(part, removed, query_budget)
             if new != part:
                 parts[i] = new
                 changed = True
     return "".join(parts) if changed else value
 
 
-def _redact_url(text: str, removed: list[str] | None) -> str:
+def _redact_url(text: str, removed: list[str] | None, query_budget: list[int] | None = None) -> str:
     """One whitespace-free piece of text holding ``://`` (see ``redact_string``)."""
     out: list[str] = []
     pos = 0
@@ -207,10 +230,9 @@ def _redact_url(text: str, removed: list[str] | None) -> str:
             out.append(text[pos:])
             break
         start = at + 3
-        end = start
         n = len(text)
-        while end < n and text[end] not in "/?#":
-            end += 1
+        m = _AUTHORITY_END.search(text, start)
+        end = m.start() if m else n
         authority = text[start:end]
         userinfo, sep, host = authority.rpartition("@")
         out.append(text[pos:start])
@@ -225,7 +247,7 @@ def _redact_url(text: str, removed: list[str] | None) -> str:
         # path, query and fragment up to the next URL
         nxt = text.find("://", end)
         stop = n if nxt < 0 else max(end, _url_stop(text, end, nxt))
-        out.append(_redact_query(text[end:stop], removed))
+        out.append(_redact_query(text[end:stop], removed, query_budget))
         pos = stop
     return "".join(out)
 
@@ -239,22 +261,36 @@ def _url_stop(text: str, end: int, nxt: int) -> int:
     return i
 
 
-def _redact_query(rest: str, removed: list[str] | None) -> str:
-    """Path, query and fragment of a URL with credential parameters' values redacted."""
+def _redact_query(rest: str, removed: list[str] | None, query_budget: list[int] | None = None) -> str:
+    """Path, query and fragment of a URL with credential parameters' values redacted; each
+    parsed once, and one longer than ``MAX_QUERY`` characters replaced whole."""
     if "?" not in rest and "#" not in rest:
         return rest
     head, hsep, frag = rest.partition("#")
-    new_head = redact_path(head)
-    if removed is not None and new_head != head:
-        removed.extend(v for k, v in parse_qsl(head.partition("?")[2], keep_blank_values=True) if is_secret_param(k))
-    new_frag = frag
+    path, qsep, query = head.partition("?")
+    if qsep:
+        query = _redact_pairs(query, removed, query_budget)
     if hsep and "=" in frag:
-        pairs = parse_qsl(frag, keep_blank_values=True)
-        if any(is_secret_param(k) for k, _ in pairs):
-            if removed is not None:
-                removed.extend(v for k, v in pairs if is_secret_param(k))
-            new_frag = urlencode([(k, REDACTED if is_secret_param(k) else v) for k, v in pairs])
-    return new_head + hsep + new_frag
+        frag = _redact_pairs(frag, removed, query_budget)
+    return path + qsep + query + hsep + frag
+
+
+def _redact_pairs(query: str, removed: list[str] | None, query_budget: list[int] | None = None) -> str:
+    if len(query) > MAX_QUERY:
+        if removed is not None:
+            removed.append(query)
+        return REDACTED
+    if query_budget is not None:
+        query_budget[0] -= len(query)
+        if query_budget[0] < 0:
+            raise OverflowError("too many URL query characters")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    secret = [is_secret_param(k) for k, _ in pairs]
+    if not any(secret):
+        return query
+    if removed is not None:
+        removed.extend(v for (_, v), s in zip(pairs, secret) if s)
+    return urlencode([(k, REDACTED if s else v) for (k, v), s in zip(pairs, secret)])
 
 
 def _is_schema(d: dict) -> bool:
@@ -262,7 +298,9 @@ def _is_schema(d: dict) -> bool:
     return any(k in d for k in _SCHEMA_MARKS)
 
 
-def redact_fields(value: Any, removed: list[str] | None = None, budget: int = MAX_FIELDS) -> int:
+def redact_fields(
+    value: Any, removed: list[str] | None = None, budget: int = MAX_FIELDS, char_budget: int = MAX_CHARS
+) -> int:
     """Redacts ``value`` (JSON: dicts, lists, scalars) **in place** and returns how many values
     were replaced by ``REDACTED``: everything under a credential name (``is_secret_field``) that
     is not ``null``, a boolean, empty or a JSON reference (``#/...``), and the secret parts of any
@@ -273,10 +311,17 @@ def redact_fields(value: Any, removed: list[str] | None = None, budget: int = MA
     what was replaced are appended to ``removed`` (for ``scrub``). Iterative, so any nesting the
     JSON parser accepted is walked. Examines at most ``budget`` values and raises
     ``OverflowError`` past it (the caller drops the part: bounded work on the proxy's loop;
-    trial finding: 880k keys took 1.8 s). In place because the request facts own what the
-    dialect parsed from the body."""
+    trial finding: 880k keys took 1.8 s), and likewise past ``char_budget`` characters of names
+    and strings or ``MAX_QUERY_CHARS`` characters of URL queries (49,000 URLs of 75 query pairs
+    took 10.8 s). A label/value pair (``{"name": "Authorization", "value": ...}``, ``{"key":
+    "OPENAI_API_KEY", "value": ...}``) has its value redacted when the label is a credential
+    name; the label itself stays (a two-item list is not taken for a pair: a schema's
+    ``"required": ["password", "username"]`` is one). In place because the request facts own
+    what the dialect parsed from the body."""
     n = 0
     seen = 0
+    chars = 0
+    query_budget = [MAX_QUERY_CHARS]
     stack: list[tuple[Any, str | None]] = [(value, None)]
     while stack:
         v, schema_map = stack.pop()
@@ -285,9 +330,19 @@ def redact_fields(value: Any, removed: list[str] | None = None, budget: int = MA
             if seen > budget:
                 raise OverflowError(f"more than {budget} values")
             maps_here = _is_schema(v)
+            label = v.get("name", v.get("key")) if "value" in v else None
+            if isinstance(label, str) and is_secret_field(label) and v["value"] not in (None, "", True, False):
+                if removed is not None:
+                    _leaves(v["value"], removed)
+                v["value"] = REDACTED
+                n += 1
             for k, item in v.items():
+                if isinstance(k, str):
+                    chars += len(k)
                 if item is None or item is True or item is False:
                     continue
+                if label is not None and k in ("name", "key"):
+                    continue  # the label of a label/value pair
                 if schema_map is not None and (
                     isinstance(item, dict)
                     or (schema_map in ("dependentRequired", "dependencies") and isinstance(item, list)
@@ -295,6 +350,10 @@ def redact_fields(value: Any, removed: list[str] | None = None, budget: int = MA
                 ):  # fmt: skip
                     stack.append((item, None))
                     continue
+                if isinstance(item, str):
+                    chars += len(item)
+                    if chars > char_budget:
+                        raise OverflowError(f"more than {char_budget} characters")
                 if isinstance(k, str) and is_secret_field(k):
                     if item == "" or item == [] or item == {} or (isinstance(item, str) and item[:2] == "#/"):
                         continue  # nothing, or a JSON reference (a discriminator's ``mapping``)
@@ -303,7 +362,7 @@ def redact_fields(value: Any, removed: list[str] | None = None, budget: int = MA
                     v[k] = REDACTED
                     n += 1
                 elif isinstance(item, str):
-                    new = redact_string(item, removed)
+                    new = redact_string(item, removed, query_budget)
                     if new is not item:
                         v[k] = new
                         n += 1
@@ -315,7 +374,10 @@ def redact_fields(value: Any, removed: list[str] | None = None, budget: int = MA
                 raise OverflowError(f"more than {budget} values")
             for i, item in enumerate(v):
                 if isinstance(item, str):
-                    new = redact_string(item, removed)
+                    chars += len(item)
+                    if chars > char_budget:
+                        raise OverflowError(f"more than {char_budget} characters")
+                    new = redact_string(item, removed, query_budget)
                     if new is not item:
                         v[i] = new
                         n += 1
@@ -342,11 +404,14 @@ def _leaves(value: Any, out: list[str]) -> None:
 
 def redact_request(facts: RequestFacts) -> tuple[list[str], list[str]]:
     """Redacts ``facts.parameters``, ``facts.metadata`` and ``facts.tools`` in place
-    (``redact_fields``), and ``end_user`` and ``request_id`` (``redact_string``: they may be
-    copied from metadata before it was redacted). Returns ``(removed, dropped)``: the values
-    removed (for ``scrub``; kept only in memory until the flow's record is made) and the names
-    of the parts that held more than ``MAX_FIELDS`` values, which are replaced by an empty one
-    (they cannot be checked in bounded time; the caller records a violation)."""
+    (``redact_fields``), and ``end_user``, ``model`` and ``tool_names`` (``redact_string``: they
+    are copied from the body before it was redacted). ``request_id`` is left for the record to
+    compare with the stream's (``request_id_mismatch``); ``redact_record`` redacts both.
+    Returns ``(removed, dropped)``: the values removed (for ``scrub``; kept only in memory until
+    the flow's record is made) and the names of the parts that held more than ``MAX_FIELDS``
+    values, ``MAX_CHARS`` characters or ``MAX_QUERY_CHARS`` of URL queries, which are replaced by
+    an empty one (they cannot be
+    checked in bounded time; the caller records a violation)."""
     removed: list[str] = []
     dropped: list[str] = []
     for name in ("parameters", "metadata", "tools"):
@@ -356,10 +421,11 @@ def redact_request(facts: RequestFacts) -> tuple[list[str], list[str]]:
         except OverflowError:
             setattr(facts, name, [] if isinstance(part, list) else {})
             dropped.append(name)
-    for name in ("end_user", "request_id"):
+    for name in ("end_user", "model"):
         v = getattr(facts, name)
         if isinstance(v, str):
             setattr(facts, name, redact_string(v, removed))
+    facts.tool_names = [redact_string(t, removed) if isinstance(t, str) else t for t in facts.tool_names]
     removed = sorted({r for r in removed if len(r) >= _MIN_ECHO}, key=len, reverse=True)[:MAX_SCRUB_VALUES]
     return removed, dropped
 
@@ -387,3 +453,23 @@ def scrub(text: str | None, removed: list[str]) -> str | None:
                 break
             i = tail.find(secret[0], i + 1)
     return text
+
+
+def redact_record(record: Any, removed: list[str]) -> None:
+    """The last pass over a finished record (``observer.records.Exchange``), in place: echoes
+    of ``removed`` values (``scrub``) leave ``response_body``, the error, ``transport_error``,
+    the request ids (the request's and the one the stream gave) and violation details; a
+    credential in either request id (``redact_string``) goes too."""
+    record.response_body = scrub(record.response_body, removed)
+    if record.error is not None:
+        record.error.message = scrub(record.error.message, removed)
+        record.error.code = scrub(record.error.code, removed)
+    record.transport_error = scrub(record.transport_error, removed)
+    for holder in (record, record.request):
+        rid = holder.request_id
+        if isinstance(rid, str):
+            holder.request_id = scrub(redact_string(rid), removed)
+    if removed and record.violations:
+        record.violations = [
+            dataclasses.replace(v, detail=scrub(v.detail, removed)) if v.detail else v for v in record.violations
+        ]

@@ -558,7 +558,7 @@ def test_request_parameters_too_big_to_check_for_credentials_are_dropped_with_a_
     walked; it is stored empty and the record says why."""
     import json
 
-    from observer.redact import MAX_FIELDS
+    from observer.redact import MAX_CHARS, MAX_FIELDS
 
     doc = json.loads(REQUEST)
     doc["parameters"] = {f"p{i}": i for i in range(MAX_FIELDS + 1)}
@@ -574,6 +574,6 @@ def test_request_parameters_too_big_to_check_for_credentials_are_dropped_with_a_
     assert rec.request.metadata["request_id"] == "550e8400-e29b-41d4-a716-446655440000"
     assert rec.text == "The weather in Vienna is 24C and sunny."
     assert [(v.kind, v.detail) for v in rec.violations] == [
-        ("oversize_request", f"request parameters: more than {MAX_FIELDS} values; not kept (not checked for "
-                             "credentials in bounded time)")
+        ("oversize_request", f"request parameters: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
+                             "not kept (not checked for credentials in bounded time)")
     ]  # fmt: skip

@@ -9,11 +9,13 @@ import pytest
 
 from observer.records import RequestFacts
 from observer.redact import (
+    MAX_CHARS,
     MAX_FIELDS,
     MAX_URLS,
     is_secret_field,
     redact_fields,
     redact_path,
+    redact_record,
     redact_request,
     redact_string,
     scrub,
@@ -139,7 +141,7 @@ def test_redact_fields_walks_any_nesting_without_recursion():
      ("see https://h.example/cb?access_token=abc now", "see https://h.example/cb?access_token=REDACTED now"),
      ("https://h.example/cb#access_token=abc&state=1", "https://h.example/cb#access_token=REDACTED&state=1"),
      ("a https://x.example/ b postgres://u:pw@h/d", "a https://x.example/ b postgres://u:REDACTED@h/d"),
-     ("Bearer abcdefghijkl", "REDACTED"),
+     ("Bearer abcdefghijklmnop", "REDACTED"), ("Basic settings", "Basic settings"),
      ("sk-ant-abcdefghijklmnopqrstuvwx", "REDACTED"),
      ("sk-learn is a library", "sk-learn is a library"),
      ("see https://a.example/c?q=1 for more", "see https://a.example/c?q=1 for more"),
@@ -222,3 +224,72 @@ def test_a_long_string_with_one_url_is_scanned_once():
     t0 = time.perf_counter()
     assert redact_string(value) is value
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_third_trial_findings():
+    """Label/value pairs, shaped values with whitespace or lower case, camelCase query names,
+    tool names and the model, a vocabulary word only right before ``token``, ``dsn`` as a word."""
+    facts = RequestFacts(
+        model="https://u:pw-model-1@models.example/m",
+        tool_names=["sk-proj-abcdefghijklmnopqrstuv", "get_weather"],
+        parameters={
+            "env": [{"key": "OPENAI_API_KEY", "value": "sk-env-12345678"}, {"key": "REGION", "value": "eu"}],
+            "headers": [{"name": "Authorization", "value": "Basic dXNlcjpwYXNz"}],
+            "tags": [{"key": "team", "value": "red"}],
+            "auth": " sk-abcdefghijklmnopqrstuvwx\n",
+            "note": "bearer abcdefghijklmnop",
+            "cb": "https://h.example/cb?apiToken=tok-123456&clientSecret=cs-123456&page=2",
+            "end_user_token": "eut-12345678",
+            "max_words_num": "12",
+            "schema": {"type": "object", "required": ["password", "username"]},
+        },
+    )
+    removed, _ = redact_request(facts)
+    assert facts.model == "https://u:REDACTED@models.example/m"
+    assert facts.tool_names == ["REDACTED", "get_weather"]
+    assert facts.parameters == {
+        "env": [{"key": "OPENAI_API_KEY", "value": "REDACTED"}, {"key": "REGION", "value": "eu"}],
+        "headers": [{"name": "Authorization", "value": "REDACTED"}],
+        "tags": [{"key": "team", "value": "red"}],
+        "auth": "REDACTED",
+        "note": "REDACTED",
+        "cb": "https://h.example/cb?apiToken=REDACTED&clientSecret=REDACTED&page=2",
+        "end_user_token": "REDACTED",
+        "max_words_num": "12",
+        "schema": {"type": "object", "required": ["password", "username"]},
+    }
+    assert {"sk-env-12345678", "Basic dXNlcjpwYXNz", "tok-123456", "cs-123456", "eut-12345678"} <= set(removed)
+
+
+def test_long_names_and_long_queries_are_bounded():
+    """Trial findings: a 15 MB field name took 3.7 s and stayed in a cache; a 15 MB query, 8.8 s."""
+    assert is_secret_field("aB" * 200) is True  # over MAX_NAME: taken for a credential's, not examined
+    assert redact_path("/v1/x?" + "a=1&" * 5000 + "key=1") == "/v1/x?REDACTED"
+    assert redact_string("http://h.example/?" + "a=1&" * 5000) == "http://h.example/?REDACTED"
+    with pytest.raises(OverflowError):
+        redact_fields({"a": "x" * (MAX_CHARS + 1)})
+    with pytest.raises(OverflowError):  # trial: 49,000 URLs of 75 query pairs took 10.8 s
+        redact_fields({f"u{i}": "http://h.example/?" + "a=1&" * 75 for i in range(1000)})
+
+
+def test_redact_record_covers_the_stream_request_id_and_violation_details():
+    from observer.records import Exchange, Violation, ViolationKind
+
+    from datetime import datetime, timezone
+
+    rec = Exchange(id="r", dialect="llm-stream-1.0", scheme="https", host="h", port=443, path="/", method="POST",
+                   http_version="HTTP/1.1", started_at=datetime(2026, 11, 30, tzinfo=timezone.utc))  # fmt: skip
+    rec.request_id = "https://u:pw-12345678@h/r"
+    rec.request.request_id = "https://u:pw-12345678@h/r"
+    rec.violations = [Violation(ViolationKind.INVALID_EVENT, 3, "echo sk-secret-value-1")]
+    redact_record(rec, ["sk-secret-value-1"])
+    assert rec.request_id == rec.request.request_id == "https://u:REDACTED@h/r"
+    assert rec.violations[0].detail == "echo REDACTED"
+
+
+def test_redact_request_leaves_request_id_for_the_stream_comparison():
+    """Trial finding: redacting it first made the stream's echo a false ``request_id_mismatch``
+    whose detail quoted the secret; ``redact_record`` redacts both ids after the comparison."""
+    facts = RequestFacts(request_id="https://u:pw-12345678@h/r")
+    redact_request(facts)
+    assert facts.request_id == "https://u:pw-12345678@h/r"
