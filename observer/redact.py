@@ -83,21 +83,23 @@ _SUFFIX_WORDS = frozenset({"value", "val", "str", "string"})
 #: Words before a final ``tokens`` that make it a list of credentials (``access_tokens``).
 _TOKEN_KINDS = frozenset({"access", "refresh", "id", "auth", "session", "bearer", "api", "security", "oauth"})
 #: JSON Schema keywords whose object maps names of properties or definitions to sub-schemas, in
-#: an object that is a schema (``_is_schema``); a name there is a field name only if its value is
+#: an object that is a schema (one of ``_SCHEMA_MARKS``); a name there is a field name only if its value is
 #: not a schema (a string or number is tested as usual).
 SCHEMA_NAME_MAPS = frozenset(
     {"properties", "patternProperties", "$defs", "definitions", "defs", "dependentSchemas", "dependentRequired",
      "dependencies"}
 )  # fmt: skip
 _SCHEMA_MARKS = ("type", "$ref", "$schema", "anyOf", "oneOf", "allOf", "items", "required", "enum")
+_SCHEMA_MARK_SET = frozenset(_SCHEMA_MARKS)
 #: Strings that are credentials whatever name holds them (anchored, linear): an HTTP
 #: ``Authorization`` value, OpenAI/Anthropic keys, GitHub tokens, AWS access key ids, Google API
 #: keys, Slack tokens, JWTs.
 _SECRET_VALUE = re.compile(
-    r"(?:(?:proxy-)?authorization\s*:\s*)?(?:(?:bearer|token)\s+[A-Za-z0-9._~+/=-]{16,}|basic\s+[A-Za-z0-9+/]{12,}=*)"
+    r"(?:(?:(?:proxy-)?authorization\s*:\s*)?"
+    r"(?:(?:bearer|token)\s+[A-Za-z0-9._~+/=-]{16,}|basic\s+[A-Za-z0-9+/]{12,}=*)"
     r"|(?-i:sk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}"
     r"|github_pat_[A-Za-z0-9_]{30,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35}|xox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})",
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}))",
     re.IGNORECASE,
 )
 _FIELD_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_]+")
@@ -199,7 +201,9 @@ def redact_string(value: str, removed: list[str] | None = None, query_budget: li
     ``OverflowError`` (parsing is the costly step: ~0.3 µs per character). Linear in the length
     (URLs are found by ``str.find``, their parts by ``partition``: no backtracking regex over the
     whole string; trial finding: a regex took 20 s on a 256 KB string, on the proxy's loop)."""
-    if len(value) >= 8 and _SECRET_VALUE.fullmatch(value.strip()):
+    if len(value) >= 8 and _SECRET_VALUE.fullmatch(
+        value.strip() if value[0].isspace() or value[-1].isspace() else value
+    ):
         if removed is not None:
             removed.append(value)
         return REDACTED
@@ -293,11 +297,6 @@ def _redact_pairs(query: str, removed: list[str] | None, query_budget: list[int]
     return urlencode([(k, REDACTED if s else v) for (k, v), s in zip(pairs, secret)])
 
 
-def _is_schema(d: dict) -> bool:
-    """An object that is a JSON Schema (has one of its structural keywords)."""
-    return any(k in d for k in _SCHEMA_MARKS)
-
-
 def redact_fields(
     value: Any, removed: list[str] | None = None, budget: int = MAX_FIELDS, char_budget: int = MAX_CHARS
 ) -> int:
@@ -305,7 +304,7 @@ def redact_fields(
     were replaced by ``REDACTED``: everything under a credential name (``is_secret_field``) that
     is not ``null``, a boolean, empty or a JSON reference (``#/...``), and the secret parts of any
     string (``redact_string``).
-    In an object that is a JSON Schema (``_is_schema``), the names in its ``SCHEMA_NAME_MAPS``
+    In an object that is a JSON Schema (it has one of ``_SCHEMA_MARKS``), the names in its ``SCHEMA_NAME_MAPS``
     are property names: one whose value is a sub-schema (an object or a boolean), or for
     ``dependentRequired``/``dependencies`` a list of names, is not tested. The string forms of
     what was replaced are appended to ``removed`` (for ``scrub``). Iterative, so any nesting the
@@ -325,55 +324,59 @@ def redact_fields(
     stack: list[tuple[Any, str | None]] = [(value, None)]
     while stack:
         v, schema_map = stack.pop()
-        if isinstance(v, dict):
+        tv = type(v)
+        if tv is dict or isinstance(v, dict):
             seen += len(v)
             if seen > budget:
                 raise OverflowError(f"more than {budget} values")
-            maps_here = _is_schema(v)
+            maps_here = not _SCHEMA_MARK_SET.isdisjoint(v)
             label = v.get("name", v.get("key")) if "value" in v else None
-            if isinstance(label, str) and is_secret_field(label) and v["value"] not in (None, "", True, False):
+            if type(label) is str and is_secret_field(label) and v["value"] not in (None, "", True, False):
                 if removed is not None:
                     _leaves(v["value"], removed)
                 v["value"] = REDACTED
                 n += 1
             for k, item in v.items():
-                if isinstance(k, str):
-                    chars += len(k)
-                if item is None or item is True or item is False:
+                ti = type(item)
+                if item is None or ti is bool:
                     continue
-                if label is not None and k in ("name", "key"):
-                    continue  # the label of a label/value pair
+                if type(k) is str:
+                    chars += len(k)
+                    secret_name = is_secret_field(k) and not (label is not None and k in ("name", "key"))
+                else:
+                    secret_name = False
                 if schema_map is not None and (
-                    isinstance(item, dict)
-                    or (schema_map in ("dependentRequired", "dependencies") and isinstance(item, list)
-                        and all(isinstance(x, str) for x in item))
+                    ti is dict
+                    or (schema_map in ("dependentRequired", "dependencies") and ti is list
+                        and all(type(x) is str for x in item))
                 ):  # fmt: skip
                     stack.append((item, None))
                     continue
-                if isinstance(item, str):
+                if ti is str:
                     chars += len(item)
                     if chars > char_budget:
                         raise OverflowError(f"more than {char_budget} characters")
-                if isinstance(k, str) and is_secret_field(k):
-                    if item == "" or item == [] or item == {} or (isinstance(item, str) and item[:2] == "#/"):
+                if secret_name:
+                    if item == "" or item == [] or item == {} or (ti is str and item[:2] == "#/"):
                         continue  # nothing, or a JSON reference (a discriminator's ``mapping``)
                     if removed is not None:
                         _leaves(item, removed)
                     v[k] = REDACTED
                     n += 1
-                elif isinstance(item, str):
+                elif ti is str:
                     new = redact_string(item, removed, query_budget)
                     if new is not item:
                         v[k] = new
                         n += 1
-                elif isinstance(item, (dict, list)):
-                    stack.append((item, k if maps_here and k in SCHEMA_NAME_MAPS and isinstance(item, dict) else None))
-        elif isinstance(v, list):
+                elif ti is dict or ti is list:
+                    stack.append((item, k if maps_here and ti is dict and k in SCHEMA_NAME_MAPS else None))
+        elif tv is list or isinstance(v, list):
             seen += len(v)
             if seen > budget:
                 raise OverflowError(f"more than {budget} values")
             for i, item in enumerate(v):
-                if isinstance(item, str):
+                ti = type(item)
+                if ti is str:
                     chars += len(item)
                     if chars > char_budget:
                         raise OverflowError(f"more than {char_budget} characters")
@@ -381,7 +384,7 @@ def redact_fields(
                     if new is not item:
                         v[i] = new
                         n += 1
-                elif isinstance(item, (dict, list)):
+                elif ti is dict or ti is list:
                     stack.append((item, None))
     return n
 
