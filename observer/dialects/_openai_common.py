@@ -26,6 +26,7 @@ INT64_MAX = 2**63 - 1
 
 # Keys recorded in their own RequestFacts field by both dialects (never copied to parameters).
 COMMON_FIELDS = frozenset({"model", "stream", "tools", "metadata", "user", "safety_identifier"})
+REDUCE_DEPTH = 100  # levels of nesting ``reduce_binary`` walks (well under the recursion limit)
 _URL_KEYS = frozenset({"url", "image_url"})  # chat ``image_url.url``; Responses ``input_image.image_url``
 
 
@@ -103,7 +104,7 @@ def error_event(seq: int | None, err: Any) -> ErrorEvent:
     return ErrorEvent(seq, code, message if isinstance(message, str) else None)
 
 
-def reduce_binary(value: Any) -> Any:
+def reduce_binary(value: Any, _depth: int = 0) -> Any:
     """A copy of ``value`` (any JSON) with inline binary payloads replaced by their size.
 
     - ``data:`` URLs under ``url`` / ``image_url`` (chat ``image_url`` parts, Responses
@@ -112,10 +113,14 @@ def reduce_binary(value: Any) -> Any:
       set) and ``data_bytes`` (decoded size in bytes) are added to the same object.
     - ``input_audio.data`` (base64): replaced by ``input_audio.data_bytes``.
     - ``result`` of an ``image_generation_call`` item (base64 image): replaced by ``data_bytes``.
-    Remote ``http(s)`` URLs and everything else are kept as sent.
+    Remote ``http(s)`` URLs and everything else are kept as sent. Below ``REDUCE_DEPTH`` levels
+    a value is kept as it is (the store keeps 64 levels, ``observer.store.portable``; trial
+    finding: a request nested ~970 levels raised ``RecursionError`` here and lost its facts).
     """
+    if _depth > REDUCE_DEPTH:
+        return value
     if isinstance(value, list):
-        return [reduce_binary(v) for v in value]
+        return [reduce_binary(v, _depth + 1) for v in value]
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
@@ -132,7 +137,7 @@ def reduce_binary(value: Any) -> Any:
         elif key == "result" and value.get("type") == "image_generation_call" and isinstance(v, str):
             out["data_bytes"] = base64_decoded_size(v)
         else:
-            out[key] = reduce_binary(v)
+            out[key] = reduce_binary(v, _depth + 1)
     return out
 
 

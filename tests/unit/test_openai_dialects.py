@@ -742,3 +742,23 @@ def test_responses_token_counts_of_the_wrong_type_are_violations():
         ("invalid_event", 0, "usage.input_tokens is not a token count: '4'")
     ]
     assert [e for e in out if isinstance(e, UsageEvent)] == [UsageEvent(0, None, 2)]
+
+
+def test_a_request_nested_near_orjson_limit_keeps_its_facts():
+    """Trial finding: a chat request nested ~970 levels (orjson accepts 1024) raised
+    ``RecursionError`` in ``reduce_binary``; the record lost the whole request."""
+    import json
+
+    from observer.dialects.openai_chat import OpenAIChatDialect
+
+    deep: list = []
+    for _ in range(1000):
+        deep = [deep]
+    body = json.dumps({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}],
+                       "temperature": 0.5, "extra": deep}).encode()  # fmt: skip
+    facts, violations = OpenAIChatDialect().parse_request(body, None)
+    assert facts.model == "gpt-4o"
+    assert facts.messages == [{"role": "user", "content": "hi"}]
+    assert facts.parameters["temperature"] == 0.5
+    assert facts.parameters["extra"] == deep
+    assert violations == []
