@@ -89,8 +89,7 @@ SCHEMA_NAME_MAPS = frozenset(
     {"properties", "patternProperties", "$defs", "definitions", "defs", "dependentSchemas", "dependentRequired",
      "dependencies"}
 )  # fmt: skip
-_SCHEMA_MARKS = ("type", "$ref", "$schema", "anyOf", "oneOf", "allOf", "items", "required", "enum")
-_SCHEMA_MARK_SET = frozenset(_SCHEMA_MARKS)
+_SCHEMA_MARKS = frozenset({"type", "$ref", "$schema", "anyOf", "oneOf", "allOf", "items", "required", "enum"})
 #: Strings that are credentials whatever name holds them (anchored, linear): an HTTP
 #: ``Authorization`` value, OpenAI/Anthropic keys, GitHub tokens, AWS access key ids, Google API
 #: keys, Slack tokens, JWTs.
@@ -134,12 +133,8 @@ def redact_path(path: str) -> str:
     base, sep, query = path.partition("?")
     if not sep:
         return path
-    if len(query) > MAX_QUERY:
-        return base + "?" + REDACTED  # bounded work (trial: a 15 MB query took 8.8 s of the loop)
-    pairs = parse_qsl(query, keep_blank_values=True)
-    if not any(is_secret_param(k) for k, _ in pairs):
-        return path
-    return base + "?" + urlencode([(k, REDACTED if is_secret_param(k) else v) for k, v in pairs])
+    new = _redact_pairs(query, None)  # (bounded: trial, a 15 MB query took 8.8 s of the loop)
+    return path if new is query else base + "?" + new
 
 
 def is_secret_field(name: str) -> bool:
@@ -329,7 +324,7 @@ def redact_fields(
             seen += len(v)
             if seen > budget:
                 raise OverflowError(f"more than {budget} values")
-            maps_here = not _SCHEMA_MARK_SET.isdisjoint(v)
+            maps_here = not _SCHEMA_MARKS.isdisjoint(v)
             label = v.get("name", v.get("key")) if "value" in v else None
             if type(label) is str and is_secret_field(label) and v["value"] not in (None, "", True, False):
                 if removed is not None:
@@ -429,25 +424,43 @@ def redact_request(facts: RequestFacts) -> tuple[list[str], list[str]]:
         if isinstance(v, str):
             setattr(facts, name, redact_string(v, removed))
     facts.tool_names = [redact_string(t, removed) if isinstance(t, str) else t for t in facts.tool_names]
-    removed = sorted({r for r in removed if len(r) >= _MIN_ECHO}, key=len, reverse=True)[:MAX_SCRUB_VALUES]
-    return removed, dropped
+    return _longest(removed), dropped
+
+
+def _longest(removed: list[str]) -> list[str]:
+    """The distinct removed values ``scrub`` looks for: at least ``_MIN_ECHO`` characters, the
+    ``MAX_SCRUB_VALUES`` longest, longest first (so a value that contains another goes whole)."""
+    return sorted({r for r in removed if len(r) >= _MIN_ECHO}, key=len, reverse=True)[:MAX_SCRUB_VALUES]
+
+
+def _echo_forms(removed: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Each value of ``_longest(removed)`` with the forms an echo may take: as it is and
+    JSON-escaped (quotes, non-ASCII as ``\\u`` escapes, slashes as PHP escapes them)."""
+    out = []
+    for secret in _longest(removed):
+        escaped = json.dumps(secret)[1:-1]
+        forms = (secret, escaped, escaped.replace("/", "\\/"), json.dumps(secret, ensure_ascii=False)[1:-1])
+        out.append((secret, tuple(dict.fromkeys(forms))))
+    return out
 
 
 def scrub(text: str | None, removed: list[str]) -> str | None:
-    """``text`` with every occurrence of a removed value (``MAX_SCRUB_VALUES`` longest, each at
-    least ``_MIN_ECHO`` characters) replaced by ``REDACTED``: as it is, JSON-escaped (quotes,
-    non-ASCII as ``\\u`` escapes, slashes as PHP escapes them) and at the very end cut short (an
-    echo cut by the record's body limit). Longest first, so a value that contains another goes
-    whole. Bounded: at most ``MAX_SCRUB_VALUES`` * 4 searches of ``text``."""
+    """``text`` with every occurrence of a removed value (``_longest``) replaced by
+    ``REDACTED``: in any of its ``_echo_forms`` and at the very end cut short (an echo cut by the
+    record's body limit). Bounded: at most ``MAX_SCRUB_VALUES`` * 4 searches of ``text``."""
     if not text or not removed:
         return text
-    values = sorted({r for r in removed if len(r) >= _MIN_ECHO}, key=len, reverse=True)[:MAX_SCRUB_VALUES]
-    for secret in values:
-        escaped = json.dumps(secret)[1:-1]
-        for form in {secret, escaped, escaped.replace("/", "\\/"), json.dumps(secret, ensure_ascii=False)[1:-1]}:
+    return _scrub(text, _echo_forms(removed))
+
+
+def _scrub(text: str | None, echoes: list[tuple[str, tuple[str, ...]]]) -> str | None:
+    if not text or not echoes:
+        return text
+    for _, forms in echoes:
+        for form in forms:
             if form in text:
                 text = text.replace(form, REDACTED)
-    for secret in values:  # a tail that is the start of a secret (the body limit cut the echo)
+    for secret, _ in echoes:  # a tail that is the start of a secret (the body limit cut the echo)
         tail = text[-min(len(secret) - 1, 256):]
         i = tail.find(secret[0])
         while 0 <= i <= len(tail) - _MIN_ECHO:
@@ -462,17 +475,19 @@ def redact_record(record: Any, removed: list[str]) -> None:
     """The last pass over a finished record (``observer.records.Exchange``), in place: echoes
     of ``removed`` values (``scrub``) leave ``response_body``, the error, ``transport_error``,
     the request ids (the request's and the one the stream gave) and violation details; a
-    credential in either request id (``redact_string``) goes too."""
-    record.response_body = scrub(record.response_body, removed)
+    credential in either request id (``redact_string``) goes too. The echo forms are built once
+    for all of them."""
+    echoes = _echo_forms(removed) if removed else []
+    record.response_body = _scrub(record.response_body, echoes)
     if record.error is not None:
-        record.error.message = scrub(record.error.message, removed)
-        record.error.code = scrub(record.error.code, removed)
-    record.transport_error = scrub(record.transport_error, removed)
+        record.error.message = _scrub(record.error.message, echoes)
+        record.error.code = _scrub(record.error.code, echoes)
+    record.transport_error = _scrub(record.transport_error, echoes)
     for holder in (record, record.request):
         rid = holder.request_id
         if isinstance(rid, str):
-            holder.request_id = scrub(redact_string(rid), removed)
-    if removed and record.violations:
+            holder.request_id = _scrub(redact_string(rid), echoes)
+    if echoes and record.violations:
         record.violations = [
-            dataclasses.replace(v, detail=scrub(v.detail, removed)) if v.detail else v for v in record.violations
+            dataclasses.replace(v, detail=_scrub(v.detail, echoes)) if v.detail else v for v in record.violations
         ]
