@@ -645,7 +645,9 @@ class LLMAudit:
             state.headers = (resp.headers.get("content-type"), resp.headers.get("content-encoding"))
             link = self._link
             fid = self._next_fid
-            if link is not None and self._open_remote(link, fid, state, resp.status_code):
+            if link is not None and link.open(
+                fid, state.dialect.name, ex, state.view, resp.status_code, *state.headers, self._limits
+            ):
                 self._next_fid += 1
                 state.fid = fid
                 self._remote[fid] = state
@@ -660,17 +662,6 @@ class LLMAudit:
             state.violations.append(
                 Violation(ViolationKind.OBSERVER_ERROR, None, f"responseheaders: {type(exc).__name__}")
             )
-
-    def _open_remote(self, link: WorkerLink, fid: int, state: _FlowState, status: int) -> bool:
-        """Opens the flow in the worker; False when the link refuses it (gone, over its bound) or
-        the flow cannot be sent (e.g. a request nested ~900 levels deep is past pickle's
-        recursion limit: trial finding, the record lost its text): it is observed in-process."""
-        try:
-            return link.open(fid, state.dialect.name, state.exchange, state.view, status, *state.headers, self._limits)
-        except Exception:  # noqa: BLE001 - observed in-process instead
-            log.warning("observer: record %s cannot be handed to the worker; parsing it in the proxy process",
-                        state.exchange.id, exc_info=True)  # fmt: skip
-            return False
 
     def response(self, flow: http.HTTPFlow) -> None:
         """The end of a response: its record is finished ``FINISH_DELAY_S`` after this hook, not

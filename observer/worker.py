@@ -422,11 +422,20 @@ class WorkerLink:
     # ----- sending -----
     def open(self, fid: int, dialect_name: str, exchange: Exchange, view: RequestView, status_code: int,
              content_type: str | None, content_encoding: str | None, limits: Limits) -> bool:  # fmt: skip
+        """Opens flow ``fid`` in the worker; False (nothing sent) when the worker is gone, more
+        than half the buffer bound is queued, or the flow cannot be pickled (a request nested
+        ~900 levels is past pickle's recursion limit: trial finding, the record lost its text):
+        the caller observes that flow in-process."""
         if not self.alive or self._out_bytes + self._staged_bytes > self.max_buffer_bytes // 2:
             return False
+        try:
+            frame = encode((OPEN, fid, dialect_name, exchange, view, status_code, content_type, content_encoding,
+                            limits))  # fmt: skip
+        except Exception:  # noqa: BLE001 - that flow is observed in-process instead
+            log.warning("observer: record %s cannot be handed to the worker", exchange.id, exc_info=True)
+            return False
         self.commit()  # staged data first: frames keep their order
-        self._send(encode((OPEN, fid, dialect_name, exchange, view, status_code, content_type, content_encoding,
-                           limits)))  # fmt: skip
+        self._send(frame)
         return self.alive
 
     def data(self, fid: int, pending: list, nbytes: int) -> bool:
