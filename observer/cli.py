@@ -130,18 +130,12 @@ def _settings(**overrides: object) -> Settings:
 
 def _upgrade(url: str) -> None:
     """Migrates the store, or a one-line error (exit 2) when the URL is unusable or the
-    database unreachable. A SQLite file's folder is created first."""
+    database unreachable."""
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
-
-    from sqlalchemy.engine import make_url
 
     from observer.store.migrate import upgrade
 
     try:
-        parsed = make_url(url)
-        path = parsed.database
-        if parsed.drivername.startswith("sqlite") and path and path != ":memory:" and not path.startswith("file:"):
-            Path(path).parent.mkdir(parents=True, exist_ok=True)  # a new --data-dir holding the file (trial)
         upgrade(url)
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError, OSError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

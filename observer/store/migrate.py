@@ -10,6 +10,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy.engine import make_url
 
 from observer.errors import ConfigError
 
@@ -31,8 +32,20 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Brings the database at ``url`` to ``revision`` (``alembic upgrade head``)."""
+    """Brings the database at ``url`` to ``revision`` (``alembic upgrade head``). A SQLite
+    file's folder is created first (trial finding: ``observer run --data-dir D --db
+    sqlite:///D/x.db`` with a new D failed with "unable to open database file"). Raises
+    SQLAlchemy's ``ArgumentError`` for an unparseable URL, ``OSError`` when the folder cannot be
+    made."""
+    _make_sqlite_folder(url)
     command.upgrade(alembic_config(url), revision)
+
+
+def _make_sqlite_folder(url: str) -> None:
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not path.startswith("file:"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def downgrade(url: str, revision: str) -> None:
