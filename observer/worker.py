@@ -482,7 +482,7 @@ class WorkerLink:
             except BlockingIOError:
                 n = 0
             except OSError as exc:
-                self._died(f"data pipe: {exc}")
+                self._pipe_failed(exc)
                 return
             if n == len(frame):
                 return
@@ -517,7 +517,7 @@ class WorkerLink:
         try:
             done = self._write_queued()
         except OSError as exc:
-            self._died(f"data pipe: {exc}")
+            self._pipe_failed(exc)
             return
         if done and self._writing:
             self._loop.remove_writer(self._wfd)  # type: ignore[union-attr]
@@ -594,6 +594,15 @@ class WorkerLink:
         self._staged = []
         self._staged_bytes = 0
 
+    def _pipe_failed(self, exc: OSError) -> None:
+        """A write to the data pipe failed. A broken pipe means the worker's end is closed, i.e.
+        it exited: the reason is its exit status, as when its records pipe reaches EOF, whichever
+        the proxy notices first (the e2e kill test saw either)."""
+        if isinstance(exc, BrokenPipeError):
+            self._died(f"worker exited ({self._exit_status()})")
+        else:
+            self._died(f"data pipe: {exc}")
+
     def _died(self, reason: str) -> None:
         if not self.alive:
             return
@@ -638,7 +647,7 @@ class WorkerLink:
                             if self._write_queued():
                                 sel.unregister(self._wfd)
                         except OSError as exc:
-                            self._died(f"data pipe: {exc}")
+                            self._pipe_failed(exc)
                             return False
                     else:
                         try:
@@ -668,7 +677,7 @@ class WorkerLink:
         try:
             self._write_queued()
         except OSError as exc:
-            self._died(f"data pipe: {exc}")
+            self._pipe_failed(exc)
 
 
 __all__ = ["FrameReader", "WorkerCore", "WorkerDied", "WorkerLink", "WorkerOverloaded", "encode", "serve"]

@@ -598,3 +598,22 @@ def test_a_flow_the_worker_cannot_be_sent_is_parsed_in_process():
     assert rec.outcome == "completed"
     assert rec.text == COMPLETE_TEXT
     assert rec.violations == []
+
+
+def test_a_write_to_a_dead_worker_reports_its_exit_status():
+    """A write that meets a broken pipe (the worker exited before its records pipe's EOF was
+    read) reports the same reason as the EOF does: the e2e kill test saw "data pipe: [Errno 32]
+    Broken pipe" in one CI run and "worker exited (killed by signal 9)" in the others."""
+    deaths: list[str] = []
+
+    async def run() -> None:
+        link = WorkerLink(on_record=lambda fid, rec: None, on_death=deaths.append)
+        link.start(asyncio.get_running_loop())
+        os.kill(link.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        os.waitid(os.P_PID, link.pid, os.WEXITED | os.WNOWAIT)  # exited; the loop has not run since
+        assert link.data(0, [b"x" * 100, T0], 100)
+        link.commit()  # the write meets the closed pipe now, before the EOF callback
+        assert deaths == ["worker exited (killed by signal 9)"]
+        link.close(timeout_s=1.0)
+
+    asyncio.run(run())
