@@ -1,0 +1,140 @@
+"""Golden records: every wire fixture driven through the mitmproxy addon's hooks (request
+headers, request, response headers, the stream callable, then ``response`` or ``error``), in
+the in-process mode and the worker mode, with the full record kept (every field but the id and
+the clock readings) in ``tests/fixtures/golden/<dialect>/<case>.<scenario>.json``.
+
+They were written once from the code before the capture-architecture change (issue 11) and
+pin the records byte for byte while the capture path is rebuilt: they are a regression net,
+not a statement of what is right (the hand-written ``*.expected.json`` are that).
+
+Scenarios per fixture: ``eof`` (the whole body in 37-byte chunks, then ``response``) and
+``abort`` (the first half, then ``error`` "Client disconnected"). Run
+``python -m tests.golden --write`` to write them (only on purpose: a record change must be
+reviewed by eye before the files are rewritten).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mitmproxy import http
+from mitmproxy.flow import Error
+from mitmproxy.test import taddons, tflow
+
+from tests.wirefeed import Case, cases, dialect_dirs, load
+
+GOLDEN = Path(__file__).parent / "fixtures" / "golden"
+SCENARIOS = ("eof", "abort")
+CHUNK_BYTES = 37
+VOLATILE = ("id", "started_at", "ended_at", "ttft_s")  # ids and clock readings
+
+
+def all_cases() -> list[tuple[str, str]]:
+    return [(d, c) for d in dialect_dirs() for c in cases(d)]
+
+
+def flow_of(case: Case) -> http.HTTPFlow:
+    f = tflow.tflow()
+    f.request.method = "POST"
+    f.request.host = "llm.example"
+    f.request.path = case.path
+    f.request.headers.clear()
+    f.request.headers["content-type"] = "application/json"
+    for k, v in case.request_headers.items():
+        f.request.headers[k] = v
+    f.request.content = case.request
+    return f
+
+
+def chunks_of(case: Case, scenario: str) -> list[bytes]:
+    body = case.body if scenario == "eof" else case.body[: len(case.body) // 2]
+    return [body[i : i + CHUNK_BYTES] for i in range(0, len(body), CHUNK_BYTES)]
+
+
+def stable(record: Any) -> dict[str, Any]:
+    """The record's dict without its id and clock readings."""
+    d = record.to_dict()
+    for key in VOLATILE:
+        d.pop(key, None)
+    return d
+
+
+def drive(addon: Any, case: Case, scenario: str) -> None:
+    """Runs one exchange of ``case`` through the addon's hooks."""
+    f = flow_of(case)
+    addon.requestheaders(f)
+    addon.request(f)
+    headers = {"content-type": case.content_type, **case.response_headers}
+    if case.content_encoding:
+        headers["content-encoding"] = case.content_encoding
+    f.response = http.Response.make(case.status, b"", headers)
+    f.response.stream = False
+    addon.responseheaders(f)
+    tap = f.response.stream
+    for c in chunks_of(case, scenario):
+        assert tap(c) is c
+    if scenario == "eof":
+        addon.response(f)
+    else:
+        f.error = Error("Client disconnected.")
+        addon.error(f)
+
+
+def records(worker: bool) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every (dialect, case, scenario)'s stable record, in the given mode."""
+    from addons.llm_audit import LLMAudit
+
+    async def run() -> dict[tuple[str, str, str], dict[str, Any]]:
+        got: list[Any] = []
+        addon = LLMAudit(sink=lambda r: got.append(r) or True, worker=worker)
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        loop = asyncio.get_running_loop()
+        with taddons.context(addon):
+            addon.running()
+            try:
+                for d, c in all_cases():
+                    for scenario in SCENARIOS:
+                        n = len(got)
+                        drive(addon, load(d, c), scenario)
+                        end = loop.time() + 15.0
+                        while len(got) == n:
+                            if loop.time() > end:
+                                raise AssertionError(f"no record for {d}/{c}/{scenario}")
+                            await asyncio.sleep(0.002)
+                        out[(d, c, scenario)] = stable(got[-1])
+            finally:
+                addon.done()
+        return out
+
+    return asyncio.run(run())
+
+
+def golden_path(dialect: str, case: str, scenario: str) -> Path:
+    return GOLDEN / dialect / f"{case}.{scenario}.json"
+
+
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write() -> int:
+    inproc, worker = records(False), records(True)
+    for key, rec in inproc.items():
+        if worker[key] != rec:
+            print(f"{key}: the worker's record differs from the in-process one", file=sys.stderr)
+            return 1
+        path = golden_path(*key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(rec), encoding="utf-8")
+    print(f"wrote {len(inproc)} golden records to {GOLDEN}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.golden --write")
+    sys.exit(write())
