@@ -14,8 +14,8 @@ Each stream is fed in two chunkings: ``event`` (one wire event per chunk, as mit
 stream callable per HTTP chunk) and ``64k`` (bulk); the 300 KB line also in ``1k`` chunks (an
 unterminated event arriving in pieces must not be rescanned: that would be quadratic).
 
-Observer side: ``observer.tap.StreamObserver`` built as ``addons/llm_audit.py`` builds it
-(fresh ``Exchange``, ``feed(chunk, now)`` per chunk, ``finish``); the request body is parsed
+Observer side: ``observer.tap.StreamObserver`` built as the capture path builds it
+(a ``ResponseSpec``, ``feed(chunk, now)`` per chunk, ``finish``, the record assembled); the request body is parsed
 once outside the timing (it is not stream work). Baseline, on the same chunks: what
 ``httpx_sse.EventSource.iter_sse`` does (``httpx``'s incremental UTF-8 text decoding,
 ``SSELineDecoder``, ``line.rstrip("\\n")``, ``SSEDecoder.decode``) plus stdlib ``json.loads`` of
@@ -54,6 +54,7 @@ from observer.dialects.registry import default_registry  # noqa: E402
 from observer.limits import Limits  # noqa: E402
 from observer.reassembly import EndCause  # noqa: E402
 from observer.records import Exchange  # noqa: E402
+from observer.response import ResponseSpec, StreamEnd, assemble  # noqa: E402
 from observer.tap import StreamObserver  # noqa: E402
 
 T0 = 1_749_292_800.0
@@ -400,7 +401,7 @@ def chunkings(s: Stream) -> dict[str, list[bytes]]:
 
 
 class ObserverSide:
-    """Builds a fresh ``StreamObserver`` per run, like ``addons/llm_audit.py`` does."""
+    """Builds a fresh ``StreamObserver`` per run and assembles the record, as ``observer.capture`` does."""
 
     def __init__(self, s: Stream) -> None:
         reg = default_registry()
@@ -417,16 +418,16 @@ class ObserverSide:
 
     def run(self, chunks: list[bytes]) -> Exchange:
         ex = Exchange(id="bench", dialect=self.dialect.name, host="127.0.0.1", path="/", method="POST",
-                      http_version="HTTP/1.1", started_at=self.started, status_code=200, request=self.facts,
-                      violations=list(self.req_violations))  # fmt: skip
-        obs = StreamObserver(self.dialect, ex, view=self.view, status_code=200, content_type=self.content_type,
-                             content_encoding=None, limits=self.limits)  # fmt: skip
+                      http_version="HTTP/1.1", started_at=self.started, status_code=200, request=self.facts)  # fmt: skip
+        spec = ResponseSpec(self.dialect.name, 200, self.content_type, None, T0, self.view.path,
+                            tuple(self.facts.tool_names), self.facts.request_id, self.facts.stream, self.limits)  # fmt: skip
+        obs = StreamObserver(self.dialect, spec)
         feed = obs.feed
         t = T0
         for c in chunks:
             t += 0.001
             feed(c, t)
-        return obs.finish(EndCause.EOF, now_s=t)
+        return assemble(ex, list(self.req_violations), obs.finish(StreamEnd(EndCause.EOF, t)))
 
 
 def baseline_sse(chunks: list[bytes]) -> int:

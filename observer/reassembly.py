@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from observer.events import (
     CanonicalEvent,
@@ -33,7 +35,10 @@ from observer.events import (
     UsageEvent,
 )
 from observer.limits import DEFAULT_LIMITS, MAX_DETAIL_CHARS, MAX_MESSAGE_CHARS, MAX_NAME_CHARS, Limits, clip
-from observer.records import Block, ErrorInfo, Exchange, Outcome, RequestFacts, ToolCall, Usage, Violation, ViolationKind
+from observer.records import Block, ErrorInfo, Outcome, ToolCall, Usage, Violation, ViolationKind
+
+if TYPE_CHECKING:
+    from observer.response import ResponseFacts
 
 
 class EndCause(enum.StrEnum):
@@ -105,10 +110,11 @@ class Reassembler:
     says how many of each were dropped).
     """
 
-    def __init__(self, request: RequestFacts, *, limits: Limits = DEFAULT_LIMITS) -> None:
-        self._request = request
-        self._declared = frozenset(request.tool_names)
-        self._request_meta_id = request.request_id  # the client's correlation id (draft §4.6), if the dialect has one
+    def __init__(
+        self, tool_names: Iterable[str] = (), request_id: str | None = None, *, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
+        self._declared = frozenset(tool_names)  # the request's declared tools (draft §8.2)
+        self._request_meta_id = request_id  # the client's correlation id (draft §4.6), if the dialect has one
         self._limits = limits
         self._max_text_chars = limits.max_stream_text_chars
         self._text_chars = 0
@@ -346,9 +352,10 @@ class Reassembler:
             )
 
     def finish(
-        self, exchange: Exchange, end: EndCause, *, request_start_s: float | None, readable: bool = True
-    ) -> Exchange:
-        """Writes the reassembled response into ``exchange`` and decides its outcome.
+        self, exchange: ResponseFacts, end: EndCause, *, request_start_s: float | None, readable: bool = True
+    ) -> ResponseFacts:
+        """Writes the reassembled response into ``exchange`` (``observer.response.ResponseFacts``,
+        or anything with its fields) and decides its outcome.
 
         ``readable`` is false when the caller could not read the stream (undecodable content,
         not an event stream, observer failure): then a missing ``stream.end`` is not the

@@ -3,7 +3,7 @@ proxy (embedded mitmproxy ``DumpMaster`` with the audit addon) in this one.
 
 DESIGN "Queries never share the proxy's loop": mitmproxy runs one asyncio loop on one thread,
 so the API gets its own process; ``run`` supervises both and stops both when either ends.
-This module is the composition root: it is the one place that imports the addon.
+This module is the composition root: it is the one place that builds the proxy with the addon.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ async def run_proxy(
     from mitmproxy import options
     from mitmproxy.tools.dump import DumpMaster
 
-    from addons.llm_audit import LLMAudit
+    from observer.capture import LLMAudit
 
     confdir = settings.mitmproxy_confdir
     confdir.mkdir(parents=True, exist_ok=True)

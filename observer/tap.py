@@ -1,4 +1,4 @@
-"""The per-flow observation pipeline, sans-IO: response bytes in, one ``Exchange`` out.
+"""The per-flow observation pipeline, sans-IO: response bytes in, the response's facts out.
 
     bytes (as forwarded, still content-encoded)
       -> observer.wire.content decoder (Content-Encoding, RFC 9110 §8.4)
@@ -36,11 +36,12 @@ from collections.abc import Callable
 
 import orjson
 
-from observer.dialects.base import Dialect, RequestView, media_type
+from observer.dialects.base import Dialect
 from observer.errors import ObserverError
 from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
-from observer.records import ErrorInfo, Exchange, Outcome, Violation, ViolationKind, utc_from_epoch
+from observer.records import Outcome, Violation, ViolationKind, utc_from_epoch
+from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 from observer.wire.content import ContentDecoder, make_decoder
 from observer.wire.frames import Framing, JSONFrame, make_framer
 
@@ -98,26 +99,16 @@ def _parsed_frame(raw: bytes, size: int) -> _ParsedFrame:
 
 
 class StreamObserver:
-    """Observes one response of an LLM exchange.
-
-    ``exchange`` is the record skeleton (HTTP facts, request facts and request violations
-    already set); ``status_code`` and ``content_type``/``content_encoding`` come from the
-    response headers. ``feed`` takes each forwarded chunk (bytes) with its arrival time
-    ``now_s`` (epoch seconds); ``finish`` returns the completed record.
+    """Observes one response of an LLM exchange: ``dialect`` reads it, ``spec`` says what it is
+    (status, media type, encoding, the request's declared tools and correlation id, limits).
+    ``feed`` takes each forwarded chunk (bytes) with its arrival time ``now_s`` (epoch seconds);
+    ``finish`` returns the ``ResponseFacts``.
     """
 
-    def __init__(
-        self,
-        dialect: Dialect,
-        exchange: Exchange,
-        *,
-        view: RequestView,
-        status_code: int,
-        content_type: str | None,
-        content_encoding: str | None,
-        limits: Limits,
-    ) -> None:
-        self._exchange = exchange
+    def __init__(self, dialect: Dialect, spec: ResponseSpec) -> None:
+        limits = spec.limits
+        self._spec = spec
+        self._facts = ResponseFacts()
         self._limits = limits
         # The run (see ``_hit``): fast-lane pieces after a run's first, not yet applied; the run
         # is a text run (``_text_index``/``_text_type`` set) or a fragment run (``_frag_head``:
@@ -130,11 +121,11 @@ class StreamObserver:
         self._text_index: int | None = None
         self._text_type: str | None = None
         self._frag_head: tuple | None = None
-        self._reassembler = Reassembler(exchange.request, limits=limits)
-        self._adapter = dialect.new_adapter(exchange.request, view)
-        self._http_error = not 200 <= status_code < 300
-        mtype = media_type(content_type)
-        framing = None if self._http_error else dialect.framing(exchange.request, view, mtype)
+        self._reassembler = Reassembler(spec.tool_names, spec.request_id, limits=limits)
+        self._adapter = dialect.new_adapter(spec)
+        self._http_error = not 200 <= spec.status_code < 300
+        mtype = spec.media_type
+        framing = None if self._http_error else dialect.framing(spec)
         if not self._http_error and framing is None:
             self._reassembler.violation(
                 Violation(ViolationKind.UNEXPECTED_CONTENT_TYPE, None, f"response Content-Type {mtype!r}")
@@ -154,7 +145,7 @@ class StreamObserver:
         self._now = 0.0  # the clock reading of the chunk being framed (for the framer's sink)
         try:
             # Bounded decoding: a decompression bomb stops observation, never the proxy loop.
-            self._decoder = make_decoder(content_encoding, max_ratio=limits.max_decode_ratio)
+            self._decoder = make_decoder(spec.content_encoding, max_ratio=limits.max_decode_ratio)
         except ObserverError as exc:
             self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))
         # No Content-Encoding: the bytes are the plain body; the metered identity decoder can
@@ -197,6 +188,15 @@ class StreamObserver:
         """True once observation of this flow stopped (bytes still pass through)."""
         return self._broken
 
+    @property
+    def response_bytes(self) -> int:
+        """Bytes of the response counted so far (fed or ``skip``-ped)."""
+        return self._facts.response_bytes
+
+    def skip(self, nbytes: int) -> None:
+        """Counts ``nbytes`` forwarded but never fed (observation had stopped elsewhere)."""
+        self._facts.response_bytes += nbytes
+
     def feed(self, data: bytes, now_s: float) -> None:
         """Observes one forwarded chunk (bytes) that arrived at ``now_s`` (epoch seconds). May
         raise on a bug; the caller then calls ``fail``.
@@ -207,7 +207,7 @@ class StreamObserver:
         orjson parse, then the adapter's fast lane (or ``on_object``), as ``_sink`` would. A
         chunk that is anything else, or data that is not JSON, goes through the framer."""
         n = len(data)
-        self._exchange.response_bytes += n
+        self._facts.response_bytes += n
         if self._lane and n <= self._max_event:
             # Exactly one whole message: taken here, or (data not JSON) straight to the framer.
             if self._sse:
@@ -612,25 +612,16 @@ class StreamObserver:
             else:
                 r.apply(ev, now_s)
 
-    def finish(
-        self,
-        end: EndCause,
-        *,
-        now_s: float,
-        ended_at_s: float | None = None,
-        transport_error: str | None = None,
-    ) -> Exchange:
-        """Flushes the decoders and returns the record (call once).
-
-        ``end`` is how the transport ended; ``ended_at_s`` the end time (epoch seconds,
-        defaults to ``now_s``); ``transport_error`` the proxy's raw error message, if any.
-        """
+    def finish(self, end: StreamEnd) -> ResponseFacts:
+        """Flushes the decoders and returns the response's facts (call once); ``end`` says how
+        the transport ended. Raises ``RuntimeError`` on a second call."""
         if self._closed:
             raise RuntimeError("StreamObserver.finish called twice")
         self._closed = True
         self._lane = False
         self._can_lane = False
-        ex = self._exchange
+        now_s = end.now_s
+        facts = self._facts
         if not self._broken and self._decoder is not None:
             try:
                 tail = self._decoder.close()
@@ -638,7 +629,7 @@ class StreamObserver:
                 if self._framer is not None:
                     # Only a clean end can leave a final message without its terminator
                     # (``unterminated_final_event``); after an abort the tail is just cut off.
-                    if end is EndCause.EOF:
+                    if end.cause is EndCause.EOF:
                         self._now = now_s
                         self._dispatch_all(self._framer.close(), now_s)
                     self._apply(self._adapter.on_close(), now_s)
@@ -646,38 +637,17 @@ class StreamObserver:
                 self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))
             except Exception as exc:  # a bug in our code: record it, never lose the record
                 self.fail(exc)
-        ex.transport_error = transport_error
-        ex.ended_at = utc_from_epoch(ended_at_s if ended_at_s is not None else now_s)
+        facts.transport_error = end.transport_error
+        facts.ended_at = utc_from_epoch(end.at_s)
         if self._run:
             self._flush()  # what the closing steps above did not flush already
         readable = self._body is None and not self._broken
-        self._reassembler.finish(ex, end, request_start_s=ex.started_at.timestamp(), readable=readable)
+        self._reassembler.finish(facts, end.cause, request_start_s=self._spec.started_at_s, readable=readable)
         if self._body is not None:
-            ex.response_body = bytes(self._body).decode("utf-8", "replace")
+            facts.response_body = bytes(self._body).decode("utf-8", "replace")
         if self._http_error:
-            ex.outcome = Outcome.HTTP_ERROR
-        return ex
-
-
-def request_only_record(exchange: Exchange, end: EndCause, *, now_s: float, transport_error: str | None) -> Exchange:
-    """The record of an exchange that failed before any response headers arrived.
-
-    A client that went away while waiting gives ``client_aborted``, an observer shutdown
-    ``interrupted``; otherwise (upstream
-    unreachable, refused, reset) the outcome is ``error`` with code ``no_response`` — no
-    response existed, so nothing was truncated. ``transport_error`` keeps the proxy's message.
-    """
-    exchange.ended_at = utc_from_epoch(now_s)
-    exchange.transport_error = transport_error
-    exchange.request_id = exchange.request.request_id
-    if end is EndCause.CLIENT_ABORTED:
-        exchange.outcome = Outcome.CLIENT_ABORTED
-    elif end is EndCause.SHUTDOWN:
-        exchange.outcome = Outcome.INTERRUPTED
-    else:
-        exchange.error = ErrorInfo("no_response", transport_error)
-        exchange.outcome = Outcome.ERROR
-    return exchange
+            facts.outcome = Outcome.HTTP_ERROR
+        return facts
 
 
 def feed_pending(
@@ -685,8 +655,8 @@ def feed_pending(
 ) -> int:
     """Feeds a flow's queued chunks, ``pending`` = ``[chunk, arrival_s, chunk, arrival_s, ...]``
     (bytes, epoch seconds; oldest first), to ``obs`` and returns how many items were consumed
-    (``len(pending)`` when all were). The in-process tap (``addons/llm_audit.py``) and the worker
-    process (``observer/worker.py``) both feed through here, so their records are the same.
+    (``len(pending)`` when all were). Both backends (``observer.capture.backend``: in the proxy
+    process and in the worker) feed through here, so their records are the same.
 
     Chunk by chunk while ``obs.needs_arrival_times``; after that the rest is joined and fed as
     one (bulk streams arrive one small event per chunk, and one feed of ~32 KiB parses their
@@ -720,4 +690,4 @@ def feed_pending(
     return n
 
 
-__all__ = ["EndCause", "StreamObserver", "feed_pending", "request_only_record"]
+__all__ = ["EndCause", "StreamObserver", "feed_pending"]

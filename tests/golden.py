@@ -7,8 +7,9 @@ They were written once from the code before the capture-architecture change (iss
 pin the records byte for byte while the capture path is rebuilt: they are a regression net,
 not a statement of what is right (the hand-written ``*.expected.json`` are that).
 
-Scenarios per fixture: ``eof`` (the whole body in 37-byte chunks, then ``response``) and
-``abort`` (the first half, then ``error`` "Client disconnected"). Run
+Scenarios per fixture: ``eof`` (the whole body in 37-byte chunks, then ``response``),
+``abort`` (the first half, then ``error`` "Client disconnected"), and ``bad_request`` (as
+``eof``, the request body not JSON: request-side violations beside the response's). Run
 ``python -m tests.golden --write`` to write them (only on purpose: a record change must be
 reviewed by eye before the files are rewritten).
 """
@@ -28,7 +29,7 @@ from mitmproxy.test import taddons, tflow
 from tests.wirefeed import Case, cases, dialect_dirs, load
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
-SCENARIOS = ("eof", "abort")
+SCENARIOS = ("eof", "abort", "bad_request")
 CHUNK_BYTES = 37
 VOLATILE = ("id", "started_at", "ended_at", "ttft_s")  # ids and clock readings
 
@@ -50,8 +51,12 @@ def flow_of(case: Case) -> http.HTTPFlow:
     return f
 
 
+def request_of(case: Case, scenario: str) -> bytes:
+    return b"{not json" if scenario == "bad_request" else case.request
+
+
 def chunks_of(case: Case, scenario: str) -> list[bytes]:
-    body = case.body if scenario == "eof" else case.body[: len(case.body) // 2]
+    body = case.body[: len(case.body) // 2] if scenario == "abort" else case.body
     return [body[i : i + CHUNK_BYTES] for i in range(0, len(body), CHUNK_BYTES)]
 
 
@@ -66,6 +71,7 @@ def stable(record: Any) -> dict[str, Any]:
 def drive(addon: Any, case: Case, scenario: str) -> None:
     """Runs one exchange of ``case`` through the addon's hooks."""
     f = flow_of(case)
+    f.request.content = request_of(case, scenario)
     addon.requestheaders(f)
     addon.request(f)
     headers = {"content-type": case.content_type, **case.response_headers}
@@ -77,7 +83,7 @@ def drive(addon: Any, case: Case, scenario: str) -> None:
     tap = f.response.stream
     for c in chunks_of(case, scenario):
         assert tap(c) is c
-    if scenario == "eof":
+    if scenario != "abort":
         addon.response(f)
     else:
         f.error = Error("Client disconnected.")
@@ -86,7 +92,7 @@ def drive(addon: Any, case: Case, scenario: str) -> None:
 
 def records(worker: bool) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every (dialect, case, scenario)'s stable record, in the given mode."""
-    from addons.llm_audit import LLMAudit
+    from observer.capture import LLMAudit
 
     async def run() -> dict[tuple[str, str, str], dict[str, Any]]:
         got: list[Any] = []
@@ -95,6 +101,7 @@ def records(worker: bool) -> dict[tuple[str, str, str], dict[str, Any]]:
         loop = asyncio.get_running_loop()
         with taddons.context(addon):
             addon.running()
+            assert (addon._link is not None) is worker, "the worker mode must parse in the worker process"
             try:
                 for d, c in all_cases():
                     for scenario in SCENARIOS:

@@ -22,6 +22,7 @@ from observer.dialects.registry import default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange
+from observer.response import ResponseSpec, StreamEnd, assemble
 from observer.tap import StreamObserver
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
@@ -126,17 +127,16 @@ def observe(
     ex = Exchange(
         id="test", dialect=dialect.name, host="127.0.0.1", path=path, method="POST",
         http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=status,
-        request=facts, violations=list(violations),
+        request=facts,
     )  # fmt: skip
-    obs = StreamObserver(
-        dialect, ex, view=view, status_code=status, content_type=content_type, content_encoding=content_encoding,
-        limits=limits,
-    )  # fmt: skip
+    spec = ResponseSpec(dialect.name, status, content_type, content_encoding, T0, path, tuple(facts.tool_names),
+                        facts.request_id, facts.stream, limits)  # fmt: skip
+    obs = StreamObserver(dialect, spec)
     t = T0
     for chunk in chunks:
         t += 0.01
         obs.feed(chunk, t)
-    return obs.finish(end, now_s=t + 0.01).to_dict()
+    return assemble(ex, list(violations), obs.finish(StreamEnd(end, t + 0.01))).to_dict()
 
 
 def assert_matches(record: dict[str, Any], expected: dict[str, Any]) -> None:

@@ -61,6 +61,7 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
+from observer.response import ResponseSpec
 
 V = ViolationKind
 
@@ -129,7 +130,7 @@ class AnthropicDialect(DialectBase):
             violations.append(Violation(V.INVALID_REQUEST, None, "metadata is not an object"))
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts, view: RequestView) -> AnthropicAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> AnthropicAdapter:
         return AnthropicAdapter()
 
 

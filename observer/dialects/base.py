@@ -10,6 +10,7 @@ from typing import Protocol
 from observer.events import CanonicalEvent
 from observer.records import RequestFacts, Violation
 from observer.wire.frames import Framing
+from observer.response import ResponseSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +119,14 @@ class Dialect(Protocol):
         """Reads the request into ``RequestFacts``; never raises on bad input (violations instead)."""
         ...
 
-    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
-        """How a 2xx response body is framed, from the request and the response media type;
-        ``None`` when this dialect cannot read that media type (``unexpected_content_type``)."""
+    def framing(self, spec: ResponseSpec) -> Framing | None:
+        """How a 2xx response body is framed, from the response's spec (media type, whether the
+        request asked for a stream); ``None`` when this dialect cannot read that media type
+        (``unexpected_content_type``)."""
         ...
 
-    def new_adapter(self, request: RequestFacts, view: RequestView) -> StreamAdapter:
-        """A fresh adapter for one response of ``request``."""
+    def new_adapter(self, spec: ResponseSpec) -> StreamAdapter:
+        """A fresh adapter for the response ``spec`` describes."""
         ...
 
 
@@ -138,7 +140,8 @@ class DialectBase:
     def matches_response(self, request: RequestView, response_headers: Mapping[str, str]) -> bool:
         return False
 
-    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+    def framing(self, spec: ResponseSpec) -> Framing | None:
+        response_media_type = spec.media_type
         if response_media_type == "text/event-stream":
             return Framing.SSE
         if response_media_type == "application/json" or response_media_type.endswith("+json"):

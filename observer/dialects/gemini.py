@@ -99,6 +99,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import Framing
+from observer.response import ResponseSpec
 
 V = ViolationKind
 
@@ -137,12 +138,13 @@ class GeminiDialect(DialectBase):
     def matches(self, request: RequestView) -> bool:
         return request.method.upper() == "POST" and path_model(unquote(request.path_only)) is not None
 
-    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+    def framing(self, spec: ResponseSpec) -> Framing | None:
         """SSE for ``text/event-stream``; for JSON, a streamed array (``stream``) or one object."""
+        response_media_type = spec.media_type
         if response_media_type == "text/event-stream":
             return Framing.SSE
         if response_media_type == "application/json" or response_media_type.endswith("+json"):
-            return Framing.JSON_ARRAY if request.stream else Framing.JSON
+            return Framing.JSON_ARRAY if spec.request_stream else Framing.JSON
         return None
 
     def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
@@ -170,7 +172,7 @@ class GeminiDialect(DialectBase):
             violations.append(Violation(V.INVALID_REQUEST, None, "labels is not an object"))
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts, view: RequestView) -> GeminiAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> GeminiAdapter:
         return GeminiAdapter()
 
 

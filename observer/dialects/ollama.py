@@ -34,6 +34,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import Framing
+from observer.response import ResponseSpec
 
 PATHS = ("/api/chat", "/api/generate")
 NDJSON_MEDIA_TYPES = frozenset({"application/x-ndjson", "application/ndjson"})
@@ -63,9 +64,10 @@ class OllamaDialect(DialectBase):
     def matches(self, request: RequestView) -> bool:
         return request.method.upper() == "POST" and request.path_only.rstrip("/").endswith(PATHS)
 
-    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+    def framing(self, spec: ResponseSpec) -> Framing | None:
         """NDJSON for ``application/x-ndjson`` (streamed), the whole body for
         ``application/json`` (``"stream": false``); anything else is unreadable."""
+        response_media_type = spec.media_type
         if response_media_type in NDJSON_MEDIA_TYPES:
             return Framing.NDJSON
         if response_media_type == "application/json":
@@ -113,7 +115,7 @@ class OllamaDialect(DialectBase):
         facts.parameters.update({k: doc[k] for k in TOP_LEVEL_PARAMETERS if k in doc})
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> OllamaAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> OllamaAdapter:
         return OllamaAdapter()
 
 

@@ -54,6 +54,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import JSONFrame
+from observer.response import ResponseSpec
 
 V = ViolationKind
 _PLAIN_DELTA_KEYS = frozenset({"content", "role"})
@@ -123,7 +124,7 @@ class OpenAIChatDialect(DialectBase):
         facts.tool_names = [n for n in (_tool_name(t) for t in facts.tools) if n is not None]
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> OpenAIChatAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> OpenAIChatAdapter:
         return OpenAIChatAdapter()
 
 

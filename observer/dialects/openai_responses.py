@@ -55,6 +55,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import JSONFrame
+from observer.response import ResponseSpec
 
 V = ViolationKind
 INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
@@ -128,7 +129,7 @@ class OpenAIResponsesDialect(DialectBase):
         ]
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> OpenAIResponsesAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> OpenAIResponsesAdapter:
         return OpenAIResponsesAdapter()
 
 

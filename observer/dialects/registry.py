@@ -6,9 +6,12 @@ Adding a vendor is adding one module and one entry in ``default_registry`` — n
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping
 
 from observer.dialects.base import Dialect, RequestView
+
+DEFAULT_REGISTRY = "observer.dialects.registry:default_registry"  # see ``load_registry``
 
 
 class DialectRegistry:
@@ -76,3 +79,18 @@ def default_registry() -> DialectRegistry:
             VercelUIDialect(),
         ]
     )
+
+
+def load_registry(factory: str = DEFAULT_REGISTRY) -> DialectRegistry:
+    """The registry that ``factory`` (``"package.module:function"``, a function of no arguments
+    returning a ``DialectRegistry``) builds. The proxy and its worker process both build theirs
+    this way, from the same string, so they always have the same dialects. Raises ``ValueError``
+    for a malformed name or a function returning something else, ``ImportError`` /
+    ``AttributeError`` for one that does not exist."""
+    module_name, sep, attr = factory.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"a dialect registry is named 'package.module:function', got {factory!r}")
+    registry = getattr(importlib.import_module(module_name), attr)()
+    if not isinstance(registry, DialectRegistry):
+        raise ValueError(f"{factory} returned {type(registry).__name__}, not a DialectRegistry")
+    return registry

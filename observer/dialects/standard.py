@@ -26,6 +26,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import Framing
+from observer.response import ResponseSpec
 
 MEDIA_TYPE = "application/llm-request+json"
 SUPPORTED_VERSION = "1.0"
@@ -45,8 +46,9 @@ class StandardDialect(DialectBase):
     def matches(self, request: RequestView) -> bool:
         return MEDIA_TYPE in request.media_types
 
-    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+    def framing(self, spec: ResponseSpec) -> Framing | None:
         """Always SSE (draft §4.9: ``text/event-stream``); any other media type is unreadable."""
+        response_media_type = spec.media_type
         return Framing.SSE if response_media_type == "text/event-stream" else None
 
     def parse_request(self, body: bytes, request: RequestView | None = None) -> tuple[RequestFacts, list[Violation]]:
@@ -115,7 +117,7 @@ class StandardDialect(DialectBase):
             violations.append(Violation(V.INVALID_REQUEST, None, "metadata.request_id is not a string"))
         return facts, violations
 
-    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> StandardAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> StandardAdapter:
         return StandardAdapter()
 
 

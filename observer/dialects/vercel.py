@@ -48,6 +48,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.wire.frames import Framing, JSONFrame
+from observer.response import ResponseSpec
 
 UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"  # AI SDK 5+ (SSE)
 DATA_STREAM_HEADER = "x-vercel-ai-data-stream"  # AI SDK 3/4 (CODE:JSON lines)
@@ -90,9 +91,10 @@ class VercelUIDialect(DialectBase):
             for h in (UI_STREAM_HEADER, DATA_STREAM_HEADER)
         )
 
-    def framing(self, request: RequestFacts, view: RequestView, response_media_type: str) -> Framing | None:
+    def framing(self, spec: ResponseSpec) -> Framing | None:
         """``sse`` for ``text/event-stream`` (v5), line framing (``ndjson``) for ``text/plain``
         (v4, whose ``toDataStreamResponse`` sends ``text/plain; charset=utf-8``)."""
+        response_media_type = spec.media_type
         if response_media_type == "text/event-stream":
             return Framing.SSE
         if response_media_type == "text/plain":
@@ -103,7 +105,7 @@ class VercelUIDialect(DialectBase):
         """Reads the app-defined request; see ``parse_ui_request``."""
         return parse_ui_request(body), []
 
-    def new_adapter(self, request: RequestFacts, view: RequestView | None = None) -> VercelUIAdapter:
+    def new_adapter(self, spec: ResponseSpec) -> VercelUIAdapter:
         return VercelUIAdapter()
 
 

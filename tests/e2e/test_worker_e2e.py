@@ -37,7 +37,7 @@ def worker_pid(obs: ObserverProcess) -> int:
                 cmd = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"observer.worker" in cmd:
+            if b"observer.capture.worker" in cmd:
                 return kid
         return None
 

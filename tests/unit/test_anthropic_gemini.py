@@ -54,6 +54,7 @@ from observer.events import (
 from observer.records import RequestFacts, Violation
 from observer.wire.frames import Framing, JSONFrame
 from observer.wire.sse import SSEEvent
+from observer.response import ResponseSpec
 from tests.wirefeed import observe
 
 
@@ -145,7 +146,7 @@ def test_get_is_not_inference():
 def test_gemini_framing(path, media_type, framing):
     d = GeminiDialect()
     facts, _ = d.parse_request(b'{"contents": []}', view(path))
-    assert d.framing(facts, view(path), media_type) is framing
+    assert d.framing(ResponseSpec(d.name, 200, media_type, request_stream=facts.stream, path=path)) is framing
 
 
 @pytest.mark.parametrize(
@@ -153,8 +154,8 @@ def test_gemini_framing(path, media_type, framing):
     [("text/event-stream", Framing.SSE), ("application/json", Framing.JSON), ("application/x-ndjson", None)],
 )
 def test_anthropic_framing(media_type, framing):
-    facts = RequestFacts(stream=True)
-    assert AnthropicDialect().framing(facts, view("/v1/messages"), media_type) is framing
+    spec = ResponseSpec("anthropic.messages", 200, media_type, request_stream=True, path="/v1/messages")
+    assert AnthropicDialect().framing(spec) is framing
 
 
 # --- Anthropic requests -------------------------------------------------------------------

@@ -20,6 +20,7 @@ from observer.dialects.registry import default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange
+from observer.response import ResponseSpec, StreamEnd, assemble
 from observer.tap import StreamObserver
 from tests.wirefeed import cases, dialect_dirs, load, split_at
 
@@ -34,12 +35,12 @@ def _observe(case_like: dict[str, Any], chunks: list[bytes], *, general: bool, l
     ex = Exchange(
         id="t", dialect=dialect.name, host="127.0.0.1", path=case_like["path"], method="POST",
         http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=200,
-        request=facts, violations=list(violations),
+        request=facts,
     )  # fmt: skip
-    obs = StreamObserver(
-        dialect, ex, view=view, status_code=case_like.get("status", 200), content_type=case_like["content_type"],
-        content_encoding=case_like.get("content_encoding"), limits=limits,
-    )  # fmt: skip
+    spec = ResponseSpec(dialect.name, case_like.get("status", 200), case_like["content_type"],
+                        case_like.get("content_encoding"), T0, case_like["path"], tuple(facts.tool_names),
+                        facts.request_id, facts.stream, limits)  # fmt: skip
+    obs = StreamObserver(dialect, spec)
     if general:
         if hasattr(obs._framer, "sink"):
             obs._framer.sink = None
@@ -48,7 +49,8 @@ def _observe(case_like: dict[str, Any], chunks: list[bytes], *, general: bool, l
     for chunk in chunks:
         t += 0.01
         obs.feed(chunk, t)
-    return obs.finish(case_like.get("end", EndCause.EOF), now_s=t + 0.01).to_dict()
+    facts = obs.finish(StreamEnd(case_like.get("end", EndCause.EOF), t + 0.01))
+    return assemble(ex, list(violations), facts).to_dict()
 
 
 def _case_like(dialect: str, name: str) -> dict[str, Any]:
@@ -375,10 +377,7 @@ def test_fast_lane_is_taken(dialect):
     tests above would prove nothing)."""
     build, content_type = GENERATED[dialect]
     like = _streaming_case(dialect, content_type)
-    adapter_cls = type(default_registry().get(dialect).new_adapter(
-        default_registry().get(dialect).parse_request(like["request"], RequestView("POST", "h", like["path"], {}))[0],
-        RequestView("POST", "h", like["path"], {}),
-    ))  # fmt: skip
+    adapter_cls = type(default_registry().get(dialect).new_adapter(ResponseSpec(dialect, 200, content_type)))
     calls = {"hit": 0}
     original = adapter_cls.fast
 

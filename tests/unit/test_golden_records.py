@@ -15,7 +15,7 @@ def made(request) -> dict:
 
 
 def test_every_fixture_has_golden_records(made):
-    assert len(made) == 2 * len(all_cases())
+    assert len(made) == 3 * len(all_cases())
     missing = [k for k in made if not golden_path(*k).exists()]
     assert missing == []
 

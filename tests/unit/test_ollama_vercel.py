@@ -46,6 +46,7 @@ from observer.events import (
 from observer.records import RequestFacts, Violation
 from observer.wire.frames import Framing, JSONFrame
 from observer.wire.sse import SSEEvent
+from observer.response import ResponseSpec
 from tests.wirefeed import observe
 
 UI_REQUEST = (
@@ -117,7 +118,7 @@ def test_vercel_never_matches_a_request():
      ("application/json", Framing.JSON), ("text/plain", None), ("text/event-stream", None)],
 )  # fmt: skip
 def test_ollama_framing(mtype, framing):
-    assert OllamaDialect().framing(RequestFacts(), view("/api/chat"), mtype) == framing
+    assert OllamaDialect().framing(ResponseSpec("ollama", 200, mtype, path="/api/chat")) == framing
 
 
 @pytest.mark.parametrize(
@@ -125,7 +126,7 @@ def test_ollama_framing(mtype, framing):
     [("text/event-stream", Framing.SSE), ("text/plain", Framing.NDJSON), ("application/json", None)],
 )
 def test_vercel_framing(mtype, framing):
-    assert VercelUIDialect().framing(RequestFacts(), view("/api/chat"), mtype) == framing
+    assert VercelUIDialect().framing(ResponseSpec("vercel.ui", 200, mtype, path="/api/chat")) == framing
 
 
 # ----- Ollama requests -----
@@ -416,7 +417,7 @@ def test_addon_records_an_ai_sdk_app_on_api_chat_as_vercel_ui():
     from mitmproxy import http
     from mitmproxy.test import taddons, tflow
 
-    from addons.llm_audit import LLMAudit
+    from observer.capture import LLMAudit
 
     records = []
     addon = LLMAudit(sink=lambda r: records.append(r) or True)

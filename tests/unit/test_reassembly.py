@@ -14,11 +14,11 @@ from observer.events import (
     UsageEvent,
 )
 from observer.reassembly import EndCause, Reassembler
-from observer.records import Exchange, RequestFacts
+from observer.records import Exchange
 
 
 def run(events, tools=("get_weather",)):
-    r = Reassembler(RequestFacts(tool_names=list(tools)))
+    r = Reassembler(tools)
     for i, ev in enumerate(events):
         r.apply(ev, 100.0 + i)
     ex = Exchange("x", "d", "h", "/p", "POST", "HTTP/1.1", datetime.fromtimestamp(99.0, tz=timezone.utc))

@@ -1,7 +1,7 @@
-"""The addon's batched observation (``TapBatcher`` + ``StreamTap``): the client's chunk is
+"""The capture path's batched hand-over (``TapBatcher`` + ``StreamTap``): the client's chunk is
 returned at once (the same object); observation happens in the next sweep on the running loop,
 with each chunk's own arrival time, in order; a flow is flushed before its record is finished;
-a flow with ``max_pending_bytes`` waiting is observed at once; failures fail open. A sweep
+a flow with its flush bytes waiting is observed at once; failures fail open. A sweep
 parses in slices of at most ``slice_s`` per loop callback (other callbacks run in between), a
 flow out of budget goes behind the others, and a flow finished or drained in the middle of a
 sliced sweep is observed completely, exactly once."""
@@ -11,7 +11,35 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from addons.llm_audit import StreamTap, TapBatcher
+from observer.capture.batcher import TapBatcher
+from observer.capture.tap import StreamTap
+from observer.tap import feed_pending
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The batcher's scheduler: the running event loop, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class OneObserver:
+    """A backend that feeds one observer, as ``InProcessBackend`` does."""
+
+    def __init__(self, observer) -> None:
+        self.observer = observer
+
+    def data(self, key, pending, nbytes, deadline=None, clock=None) -> int:
+        return feed_pending(self.observer, pending, deadline, clock)
+
+
+def batcher_of(interval_s: float = 0.05, **kwargs) -> TapBatcher:
+    return TapBatcher(running_loop, interval_s, **kwargs)
+
+
+def tap_of(observer, batcher: TapBatcher, flush_bytes: int = 32 << 10) -> StreamTap:
+    return StreamTap("k", OneObserver(observer), flush_bytes, batcher)
 
 
 class FakeObserver:
@@ -35,7 +63,7 @@ class FakeObserver:
 
 def test_without_a_running_loop_chunks_are_observed_inline():
     obs = FakeObserver()
-    tap = StreamTap(obs, TapBatcher(interval_s=0.05))
+    tap = tap_of(obs, batcher_of(interval_s=0.05))
     chunk = b"data: {}\n\n"
     assert tap(chunk) is chunk
     assert [d for d, _ in obs.fed] == [chunk]
@@ -44,7 +72,7 @@ def test_without_a_running_loop_chunks_are_observed_inline():
 def test_interval_zero_observes_inline_even_on_a_loop():
     async def run() -> FakeObserver:
         obs = FakeObserver()
-        tap = StreamTap(obs, TapBatcher(interval_s=0))
+        tap = tap_of(obs, batcher_of(interval_s=0))
         tap(b"a")
         assert [d for d, _ in obs.fed] == [b"a"]
         return obs
@@ -55,8 +83,8 @@ def test_interval_zero_observes_inline_even_on_a_loop():
 def test_chunks_wait_for_the_sweep_with_their_own_arrival_times():
     async def run() -> None:
         obs = FakeObserver()
-        batcher = TapBatcher(interval_s=0.05)
-        tap = StreamTap(obs, batcher)
+        batcher = batcher_of(interval_s=0.05)
+        tap = tap_of(obs, batcher)
         chunks = [b"one", b"two", b"three"]
         for c in chunks:
             assert tap(c) is c  # forwarded at once, the same object
@@ -76,8 +104,8 @@ def test_chunks_wait_for_the_sweep_with_their_own_arrival_times():
 def test_flush_before_finish_and_flush_is_idempotent():
     async def run() -> None:
         obs = FakeObserver()
-        batcher = TapBatcher(interval_s=10.0)  # the sweep would come far too late
-        tap = StreamTap(obs, batcher)
+        batcher = batcher_of(interval_s=10.0)  # the sweep would come far too late
+        tap = tap_of(obs, batcher)
         tap(b"x")
         tap(b"y")
         tap.flush()
@@ -92,7 +120,7 @@ def test_flush_before_finish_and_flush_is_idempotent():
 def test_a_flow_with_max_pending_bytes_waiting_is_observed_at_once():
     async def run() -> None:
         obs = FakeObserver()
-        tap = StreamTap(obs, TapBatcher(interval_s=10.0, max_pending_bytes=100))
+        tap = tap_of(obs, batcher_of(interval_s=10.0), flush_bytes=100)
         tap(b"a" * 60)
         assert obs.fed == []
         tap(b"b" * 60)  # 120 bytes waiting >= 100
@@ -104,7 +132,7 @@ def test_a_flow_with_max_pending_bytes_waiting_is_observed_at_once():
 def test_an_observer_failure_in_a_sweep_fails_open_and_counts_the_rest():
     async def run() -> None:
         obs = FakeObserver(raise_on=b"bad")
-        tap = StreamTap(obs, TapBatcher(interval_s=0.01))
+        tap = tap_of(obs, batcher_of(interval_s=0.01))
         out = [tap(c) for c in (b"ok", b"bad", b"after")]
         assert out == [b"ok", b"bad", b"after"]
         await asyncio.sleep(0.05)
@@ -127,12 +155,14 @@ class Journal:
     def __init__(self) -> None:
         self.entries: list = []
         self.fed = 0
+        self.observers: dict[str, JournalObserver] = {}
 
     def clock(self) -> float:
         return float(self.fed)
 
     def observer(self, name: str) -> JournalObserver:
-        return JournalObserver(self, name)
+        self.observers[name] = JournalObserver(self, name)
+        return self.observers[name]
 
     def chunks(self, name: str | None = None) -> list[bytes]:
         return [c for e in self.entries if e != "tick" and (name is None or e[0] == name) for c in [e[1]]]
@@ -195,8 +225,8 @@ def test_a_sweep_is_sliced_and_the_loop_runs_other_callbacks_in_between():
 
     async def run() -> Journal:
         j = Journal()
-        batcher = TapBatcher(interval_s=0.001, slice_s=3, clock=j.clock)
-        taps = {n: StreamTap(j.observer(n), batcher) for n in "ABC"}
+        batcher = batcher_of(interval_s=0.001, slice_s=3, clock=j.clock)
+        taps = {n: tap_of(j.observer(n), batcher) for n in "ABC"}
         sent = {"A": [b"a1", b"a2", b"a3", b"a4", b"a5"], "B": [b"b1", b"b2"], "C": [b"c1"]}
         for n in "ABC":
             for c in sent[n]:
@@ -205,7 +235,7 @@ def test_a_sweep_is_sliced_and_the_loop_runs_other_callbacks_in_between():
         await _run_with_ticker(j, lambda: j.fed == 8)
         assert j.groups() == [[b"a1", b"a2", b"a3"], [b"b1", b"b2", b"c1"], [b"a4", b"a5"]]
         for n in "ABC":
-            fed = taps[n]._observer.fed
+            fed = j.observers[n].fed
             assert [d for d, _ in fed] == sent[n]
             times = [t for _, t in fed]
             assert times == sorted(times)
@@ -220,8 +250,8 @@ def test_a_flow_with_many_chunks_waiting_does_not_starve_the_others():
 
     async def run() -> None:
         j = Journal()
-        batcher = TapBatcher(interval_s=0.001, slice_s=3, clock=j.clock)
-        taps = {n: StreamTap(j.observer(n), batcher) for n in "ABCD"}
+        batcher = batcher_of(interval_s=0.001, slice_s=3, clock=j.clock)
+        taps = {n: tap_of(j.observer(n), batcher) for n in "ABCD"}
         for i in range(10):
             taps["A"](b"a%d" % i)
         for n in "BCD":
@@ -241,8 +271,8 @@ def test_flush_in_the_middle_of_a_sliced_sweep_observes_everything_exactly_once(
 
     async def run() -> None:
         j = Journal()
-        batcher = TapBatcher(interval_s=10.0, slice_s=2, clock=j.clock)  # only direct sweeps
-        a, b = StreamTap(j.observer("A"), batcher), StreamTap(j.observer("B"), batcher)
+        batcher = batcher_of(interval_s=10.0, slice_s=2, clock=j.clock)  # only direct sweeps
+        a, b = tap_of(j.observer("A"), batcher), tap_of(j.observer("B"), batcher)
         for c in (b"a1", b"a2", b"a3", b"a4", b"a5"):
             a(c)
         b(b"b1")
@@ -256,22 +286,22 @@ def test_flush_in_the_middle_of_a_sliced_sweep_observes_everything_exactly_once(
         await _run_with_ticker(j, lambda: j.fed == 8 and batcher._cont is None)
         assert j.chunks("A") == [b"a1", b"a2", b"a3", b"a4", b"a5", b"a6"]  # exactly once
         assert j.chunks("B") == [b"b1", b"b2"]
-        assert not a._queued and not b._queued and not batcher._sweep and not batcher._dirty
+        assert not a.queued and not b.queued and not batcher._sweep and not batcher._dirty
         a(b"a7")  # a later chunk is queued for the next timed sweep again
-        assert a._queued and batcher._dirty == [a]
+        assert a.queued and batcher._dirty == [a]
         batcher.drain()
 
     asyncio.run(run())
 
 
 def test_pending_bytes_flush_in_the_middle_of_a_sliced_sweep_keeps_the_order():
-    """A flow out of its slice keeps collecting chunks; when ``max_pending_bytes`` is reached it
+    """A flow out of its slice keeps collecting chunks; when its flush bytes are reached it
     is observed at once (remaining older chunks first), and the next slice does not repeat them."""
 
     async def run() -> None:
         j = Journal()
-        batcher = TapBatcher(interval_s=10.0, max_pending_bytes=40, slice_s=1, clock=j.clock)
-        a = StreamTap(j.observer("A"), batcher)
+        batcher = batcher_of(interval_s=10.0, slice_s=1, clock=j.clock)
+        a = tap_of(j.observer("A"), batcher, flush_bytes=40)
         for c in (b"a1", b"a2", b"a3"):
             a(c)
         batcher.sweep()
@@ -291,8 +321,8 @@ def test_chunks_queued_during_a_sweep_wait_for_the_next_timed_sweep():
 
     async def run() -> None:
         j = Journal()
-        batcher = TapBatcher(interval_s=10.0, slice_s=1, clock=j.clock)
-        a, b = StreamTap(j.observer("A"), batcher), StreamTap(j.observer("B"), batcher)
+        batcher = batcher_of(interval_s=10.0, slice_s=1, clock=j.clock)
+        a, b = tap_of(j.observer("A"), batcher), tap_of(j.observer("B"), batcher)
         a(b"a1")
         b(b"b1")
         batcher.sweep()  # slice 1: a1 (A done), the budget is spent: B waits for slice 2
@@ -313,8 +343,8 @@ def test_slice_zero_sweeps_in_one_callback():
 
     async def run() -> None:
         j = Journal()
-        batcher = TapBatcher(interval_s=0.001, slice_s=0, clock=j.clock)
-        taps = [StreamTap(j.observer(n), batcher) for n in "AB"]
+        batcher = batcher_of(interval_s=0.001, slice_s=0, clock=j.clock)
+        taps = [tap_of(j.observer(n), batcher) for n in "AB"]
         for i in range(5):
             for t in taps:
                 t(b"%d" % i)
@@ -330,14 +360,14 @@ def test_drain_observes_everything_queued_and_cancels_the_callbacks():
 
     async def run() -> None:
         j = Journal()
-        batcher = TapBatcher(interval_s=0.001, slice_s=1, clock=j.clock)
-        a, b = StreamTap(j.observer("A"), batcher), StreamTap(j.observer("B"), batcher)
+        batcher = batcher_of(interval_s=0.001, slice_s=1, clock=j.clock)
+        a, b = tap_of(j.observer("A"), batcher), tap_of(j.observer("B"), batcher)
         for c in (b"a1", b"a2", b"a3"):
             a(c)
         b(b"b1")
         batcher.sweep()  # slice 1 ran; the rest is scheduled
         a(b"a4")  # still queued in the sweep
-        c = StreamTap(j.observer("C"), batcher)
+        c = tap_of(j.observer("C"), batcher)
         c(b"c1")  # a new flow: queued for the next timed sweep
         assert j.chunks() == [b"a1"]
         handles = [batcher._timer, batcher._cont]  # the next timed sweep and the sweep's next slice
@@ -361,7 +391,7 @@ def test_addon_finishes_a_flow_in_the_middle_of_a_sliced_sweep_and_at_shutdown()
     the whole stream, and no batcher callback is left."""
     from mitmproxy.test import taddons
 
-    from addons.llm_audit import LLMAudit
+    from observer.capture import LLMAudit
     from tests.unit.test_addon import BODY, Sink, llm_flow, open_stream
 
     ticks = itertools.count()
@@ -403,7 +433,7 @@ def test_slice_option_is_wired_and_checked():
     from mitmproxy import exceptions
     from mitmproxy.test import taddons
 
-    from addons.llm_audit import LLMAudit
+    from observer.capture import LLMAudit
 
     addon = LLMAudit(sink=lambda r: True)
     with taddons.context(addon) as tctx:
@@ -432,7 +462,7 @@ def test_chunks_after_the_first_text_are_joined_into_one_feed():
 
     async def run() -> None:
         obs = Settling()
-        tap = StreamTap(obs, TapBatcher(interval_s=10.0))
+        tap = tap_of(obs, batcher_of(interval_s=10.0))
         for c in (b"start", b"first-text", b"a", b"b", b"c"):
             tap(c)
         tap.flush()
@@ -445,7 +475,7 @@ def test_chunks_after_the_first_text_are_joined_into_one_feed():
 
         failing = Settling(raise_on=b"xy")
         failing.needs_arrival_times = False
-        tap = StreamTap(failing, TapBatcher(interval_s=10.0))
+        tap = tap_of(failing, batcher_of(interval_s=10.0))
         tap(b"x")
         tap(b"y")
         tap.flush()
@@ -458,13 +488,11 @@ def test_joined_feeding_gives_the_record_of_chunk_by_chunk_feeding():
     """With the real core: a stream fed chunk by chunk (each with its own time) and the same
     chunks through a tap that joins them after the first text give the same record, ttft
     included (hand-checked below)."""
-    from datetime import datetime, timezone
+    from dataclasses import asdict
 
-    from observer.dialects.base import RequestView
     from observer.dialects.registry import default_registry
-    from observer.limits import Limits
     from observer.reassembly import EndCause
-    from observer.records import Exchange
+    from observer.response import ResponseSpec, StreamEnd
     from observer.tap import StreamObserver
 
     head = b'{"id":"c1","object":"chat.completion.chunk","model":"gpt","choices":[{"index":0,"delta":'
@@ -477,26 +505,21 @@ def test_joined_feeding_gives_the_record_of_chunk_by_chunk_feeding():
 
     def observer() -> StreamObserver:
         dialect = default_registry().get("openai.chat")
-        view = RequestView("POST", "h", "/v1/chat/completions", {"content-type": "application/json"})
-        facts, _ = dialect.parse_request(b'{"model":"gpt","stream":true,"messages":[]}', view)
-        ex = Exchange(id="t", dialect=dialect.name, host="h", path="/v1/chat/completions", method="POST",
-                      http_version="HTTP/1.1", started_at=datetime.fromtimestamp(t0, tz=timezone.utc),
-                      status_code=200, request=facts)  # fmt: skip
-        return StreamObserver(dialect, ex, view=view, status_code=200, content_type="text/event-stream",
-                              content_encoding=None, limits=Limits())  # fmt: skip
+        spec = ResponseSpec(dialect.name, 200, "text/event-stream", started_at_s=t0, request_stream=True)
+        return StreamObserver(dialect, spec)
 
     one_by_one = observer()
     for i, c in enumerate(chunks):
         one_by_one.feed(c, t0 + 0.1 * (i + 1))
-    expected = one_by_one.finish(EndCause.EOF, now_s=t0 + 100).to_dict()
+    expected = asdict(one_by_one.finish(StreamEnd(EndCause.EOF, t0 + 100)))
 
     joined = observer()
-    tap = StreamTap(joined, TapBatcher(interval_s=10.0))
+    tap = tap_of(joined, batcher_of(interval_s=10.0))
     fed: list[int] = []
     feed = joined.feed
     joined.feed = lambda data, now_s: (fed.append(len(data)), feed(data, now_s))[1]  # type: ignore[method-assign]
     clock = iter(t0 + 0.1 * (i + 1) for i in range(len(chunks)))
-    import addons.llm_audit as audit
+    import observer.capture.tap as audit
 
     async def stream() -> None:  # on a running loop, so the chunks wait for a sweep
         for c in chunks:
@@ -509,9 +532,9 @@ def test_joined_feeding_gives_the_record_of_chunk_by_chunk_feeding():
         asyncio.run(stream())
     finally:
         audit.time.time = real_time
-    got = joined.finish(EndCause.EOF, now_s=t0 + 100).to_dict()
+    got = asdict(joined.finish(StreamEnd(EndCause.EOF, t0 + 100)))
     assert got == expected
-    assert expected["text"] == "".join(f"t{i} " for i in range(50))
+    assert [b["text"] for b in expected["blocks"]] == ["".join(f"t{i} " for i in range(50))]
     # The first text's event (bytes 153-289: 153 + 137 bytes of events) is complete with the 8th
     # 37-byte chunk (bytes 259-295), which arrived 0.8 s after the start.
     assert abs(expected["ttft_s"] - 0.8) < 1e-6

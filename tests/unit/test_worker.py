@@ -1,7 +1,7 @@
-"""The observer worker process (``observer.worker``) and the addon's worker mode.
+"""The observer worker process (``observer.capture.worker``, ``link``) and the addon's worker mode.
 
 - frames survive any chunking of the pipe; a corrupt length is an error, not a hang;
-- a record made by the worker equals the record the in-process observer makes from the same
+- the facts the worker makes equal the facts the in-process observer makes from the same
   chunks and arrival times, for every wire fixture, sans-IO and through a real child process
   with all cases interleaved on one pipe;
 - the addon in worker mode: a complete stream, a stream open at shutdown (``interrupted`` with
@@ -19,19 +19,20 @@ import os
 import pickle
 import random
 import signal
-from datetime import datetime, timezone
+from dataclasses import asdict, replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mitmproxy.test import taddons
 
-from addons.llm_audit import LLMAudit, WorkerTap
+from observer.capture.hooks import METADATA_KEY, LLMAudit
+from observer.capture.link import WorkerLink
+from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, encode
+from observer.capture.worker import WorkerCore
 from observer.dialects.registry import default_registry
-from observer.limits import Limits
-from observer.records import Exchange
+from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 from observer.tap import StreamObserver
-from observer.worker import DATA, FINISH, OPEN, RECORD, FrameReader, WorkerCore, WorkerLink, encode
 from tests.unit.test_addon import BODY, REQUEST, Sink, llm_flow, open_stream
 from tests.wirefeed import T0, Case, cases, dialect_dirs, load, view_of
 
@@ -78,16 +79,10 @@ def test_a_frame_announcing_more_than_the_maximum_is_an_error():
 # ----- records: worker == in-process -----
 
 
-def _skeleton(case: Case) -> tuple:
-    dialect = default_registry().get(case.dialect)
-    view = view_of(case)
-    facts, violations = dialect.parse_request(case.request, view)
-    ex = Exchange(
-        id=f"{case.dialect}/{case.name}", dialect=dialect.name, host="127.0.0.1", path=case.path, method="POST",
-        http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=case.status,
-        request=facts, violations=list(violations),
-    )  # fmt: skip
-    return dialect, view, ex
+def _spec(case: Case) -> ResponseSpec:
+    facts, _ = default_registry().get(case.dialect).parse_request(case.request, view_of(case))
+    return ResponseSpec(case.dialect, case.status, case.content_type, case.content_encoding, T0, case.path,
+                        tuple(facts.tool_names), facts.request_id, facts.stream)  # fmt: skip
 
 
 def _chunks(case: Case, rng: random.Random) -> list:
@@ -102,80 +97,75 @@ def _chunks(case: Case, rng: random.Random) -> list:
 
 
 def _in_process(case: Case, pending: list) -> dict:
-    dialect, view, ex = _skeleton(case)
-    obs = StreamObserver(dialect, ex, view=view, status_code=case.status, content_type=case.content_type,
-                         content_encoding=case.content_encoding, limits=Limits())  # fmt: skip
+    obs = StreamObserver(default_registry().get(case.dialect), _spec(case))
     for i in range(0, len(pending), 2):
         obs.feed(pending[i], pending[i + 1])
-    return obs.finish(case.end, now_s=T0 + 1.0).to_dict()
+    return asdict(obs.finish(StreamEnd(case.end, T0 + 1.0)))
 
 
 ALL_CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
 
 
-def _open_msg(fid: int, case: Case) -> tuple:
-    dialect, view, ex = _skeleton(case)
-    return (OPEN, fid, dialect.name, ex, view, case.status, case.content_type, case.content_encoding, Limits())
-
-
-def test_worker_core_records_equal_in_process_records():
-    """Sans-IO: every fixture, its chunks sent in three DATA frames (so some are joined), each
-    message through encode/decode (what crosses the pipe: pickled skeletons and limits)."""
+def test_worker_core_facts_equal_in_process_facts():
+    """Sans-IO: every fixture, its chunks sent in three ``Data`` frames (so some are joined), each
+    message through encode/decode (what crosses the pipe: pickled specs and facts)."""
     assert len(ALL_CASES) > 40
     rng = random.Random(7)
     core = WorkerCore()
     reader = FrameReader()
-    for fid, (d, c) in enumerate(ALL_CASES):
+    for n, (d, c) in enumerate(ALL_CASES):
+        fid = str(n)
         case = load(d, c)
         pending = _chunks(case, rng)
         third = (len(pending) // 6) * 2
-        msgs = [_open_msg(fid, case), (DATA, [(fid, pending[:third])]), (DATA, [(fid, pending[third:])]),
-                (FINISH, fid, case.end, T0 + 1.0, None, None, 0)]  # fmt: skip
+        msgs = [Open(fid, _spec(case)), Data([(fid, pending[:third])]), Data([(fid, pending[third:])]),
+                Finish(fid, StreamEnd(case.end, T0 + 1.0))]  # fmt: skip
         answers = []
         for m in msgs:
             (decoded,) = reader.feed(encode(m))
             answers += core.handle(decoded)
-        ((kind, got_fid, record),) = answers
-        assert (kind, got_fid) == (RECORD, fid)
-        record = pickle.loads(pickle.dumps(record, protocol=5))
-        assert record.to_dict() == _in_process(case, pending), (d, c)
+        (answer,) = answers
+        assert answer.__class__ is Facts and answer.fid == fid
+        facts = pickle.loads(pickle.dumps(answer.facts, protocol=5))
+        assert asdict(facts) == _in_process(case, pending), (d, c)
     assert core.open_flows == 0
 
 
-def test_a_flow_the_worker_cannot_observe_still_gets_its_record():
-    """An OPEN the worker cannot turn into an observer (here: a dialect it does not know) gives a
+def test_a_flow_the_worker_cannot_observe_still_gets_its_facts():
+    """An ``Open`` the worker cannot turn into an observer (here: a dialect it does not know) gives a
     record with the skeleton, the bytes and one ``observer_error``; the next flow is unaffected."""
     case = load("llm-stream-1.0", cases("llm-stream-1.0")[0])
     core = WorkerCore()
-    bad = _open_msg(0, case)
-    core.handle(bad[:2] + ("no-such-dialect",) + bad[3:])
-    core.handle(_open_msg(1, case))
-    for fid in (0, 1):
-        core.handle((DATA, [(fid, [case.body, T0 + 0.01])]))
-    (_, _, rec), = core.handle((FINISH, 0, case.end, T0 + 1.0, None, None, 0))
-    (_, _, good), = core.handle((FINISH, 1, case.end, T0 + 1.0, None, None, 0))
+    core.handle(Open("0", replace(_spec(case), dialect="no-such-dialect")))
+    core.handle(Open("1", _spec(case)))
+    for fid in ("0", "1"):
+        core.handle(Data([(fid, [case.body, T0 + 0.01])]))
+    (answer,) = core.handle(Finish("0", StreamEnd(case.end, T0 + 1.0)))
+    rec = answer.facts
+    (answer,) = core.handle(Finish("1", StreamEnd(case.end, T0 + 1.0)))
+    good = answer.facts
     assert rec.response_bytes == len(case.body)
     assert rec.outcome == "unreadable"
     assert [(v.kind, v.detail) for v in rec.violations] == [
         ("observer_error", "worker open: KeyError: 'no-such-dialect'")
     ]
-    assert good.to_dict() == _in_process(case, [case.body, T0 + 0.01])
+    assert asdict(good) == _in_process(case, [case.body, T0 + 0.01])
 
 
-def test_worker_process_records_equal_in_process_records():
+def test_worker_process_facts_equal_in_process_facts():
     """A real worker process; every fixture's frames interleaved on one pipe."""
 
-    async def run() -> dict[int, Exchange]:
-        got: dict[int, Exchange] = {}
+    async def run() -> dict[str, ResponseFacts]:
+        got: dict[str, ResponseFacts] = {}
         deaths: list[str] = []
-        link = WorkerLink(on_record=got.__setitem__, on_death=deaths.append)
+        link = WorkerLink(on_facts=got.__setitem__, on_death=deaths.append)
         link.start(asyncio.get_running_loop())
         rng = random.Random(11)
         plans = []
-        for fid, (d, c) in enumerate(ALL_CASES):
+        for n, (d, c) in enumerate(ALL_CASES):
             case = load(d, c)
-            plans.append((fid, case, _chunks(case, rng)))
-            link.open(*_open_msg(fid, case)[1:])
+            plans.append((str(n), case, _chunks(case, rng)))
+            link.open(str(n), _spec(case))
         pieces = {fid: [pending[i : i + 4] for i in range(0, len(pending), 4)] for fid, _, pending in plans}
         while any(pieces.values()):  # two chunks per flow per round, the flows interleaved
             for fid, left in pieces.items():
@@ -184,12 +174,12 @@ def test_worker_process_records_equal_in_process_records():
                     assert link.data(fid, piece, sum(map(len, piece[::2])))
             await asyncio.sleep(0)  # the staged batches of this round go out as one frame
         for fid, case, _ in plans:
-            link.finish(fid, case.end, T0 + 1.0, None, None, 0)
+            link.finish(fid, StreamEnd(case.end, T0 + 1.0), 0)
         await until(lambda: len(got) == len(plans) or deaths)
         assert link.close(timeout_s=10.0)
         assert deaths == []
         for fid, case, pending in plans:
-            assert got[fid].to_dict() == _in_process(case, pending), (case.dialect, case.name)
+            assert asdict(got[fid]) == _in_process(case, pending), (case.dialect, case.name)
         return got
 
     assert len(asyncio.run(run())) == len(ALL_CASES)
@@ -226,20 +216,20 @@ def drive(scenario, restart_after_s: float = 60.0) -> tuple[Sink, LLMAudit]:
 
 def test_worker_tap_hands_over_data_in_batches_of_256_kib():
     """A bulk stream's data goes to the worker in batches of ``WORKER_FLUSH_BYTES`` (256 KiB),
-    not at the in-process tap's 32 KiB: fewer pipe writes and worker wake-ups (bench/bulk.py h1,
-    4 alternating pairs: 0.91x against 0.88x of the baseline's throughput)."""
+    not at the in-process tap's 32 KiB: fewer pipe writes and worker wake-ups."""
     seen: dict[str, int] = {}
 
     async def scenario(addon: LLMAudit, sink: Sink) -> None:
         f = llm_flow()
         tap = open_stream(addon, f)
-        assert isinstance(tap, WorkerTap)
+        assert in_worker(addon, f)
         chunk = DELTA % 1
         fed = 0
-        while tap.sent_bytes == 0 and fed < 1 << 20:
+        key = f.metadata[METADATA_KEY].key
+        while addon._backend.sent_bytes(key) == 0 and fed < 1 << 20:
             assert tap(chunk) is chunk
             fed += len(chunk)
-        seen.update(fed=fed, sent=tap.sent_bytes, chunk=len(chunk))
+        seen.update(fed=fed, sent=addon._backend.sent_bytes(key), chunk=len(chunk))
         tap(b"")
         addon.response(f)
         await until(lambda: sink.records)
@@ -248,6 +238,12 @@ def test_worker_tap_hands_over_data_in_batches_of_256_kib():
     assert seen["sent"] == seen["fed"]  # one batch: everything fed so far
     assert seen["fed"] - seen["chunk"] < 256 << 10 <= seen["fed"]  # sent at the first chunk that reached 256 KiB
     assert rec.response_bytes == seen["fed"]
+
+
+def in_worker(addon: LLMAudit, f) -> bool:
+    """Whether the worker parses flow ``f`` (its record's key is held by the worker)."""
+    link = addon._link
+    return link is not None and addon._backend.held(f.metadata[METADATA_KEY].key)
 
 
 def _worker_pid(addon: LLMAudit) -> int:
@@ -260,7 +256,7 @@ def test_addon_worker_records_a_complete_stream():
         _worker_pid(addon)
         f = llm_flow()
         tap = open_stream(addon, f)
-        assert isinstance(tap, WorkerTap)
+        assert in_worker(addon, f)
         for c in (BODY[:100], BODY[100:101], BODY[101:]):
             assert tap(c) is c
         addon.response(f)
@@ -302,7 +298,7 @@ def test_addon_worker_killed_mid_stream_records_observer_error_and_goes_on_in_pr
         await until(lambda: len(sink.records) == 1)
         g = llm_flow()  # the next stream: in-process, complete
         tap2 = open_stream(addon, g)
-        assert not isinstance(tap2, WorkerTap)
+        assert not in_worker(addon, g)
         tap2(BODY)
         addon.response(g)
 
@@ -351,6 +347,7 @@ def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
         os.kill(pid, signal.SIGSTOP)
         f = llm_flow()
         tap = open_stream(addon, f)
+        key = f.metadata[METADATA_KEY].key
         start = BODY[: BODY.index(b"event: content.delta")]
         for i, chunk in enumerate([start] + [DELTA % i for i in range(1, 30001)]):
             assert tap(chunk) is chunk
@@ -358,12 +355,12 @@ def test_addon_worker_over_its_buffer_bound_stops_observing_that_flow():
             if i % 100 == 0:
                 await asyncio.sleep(0)  # the staged batches go to the pipe, then to the queue
         tap.flush()
-        assert tap.skipped_bytes > 0
+        assert addon._backend.skipped_bytes(key) > 0
         assert addon._link.queued_bytes > 0  # type: ignore[union-attr]  # the pipe is full
         seen["refused"] = addon._link.data_refused  # type: ignore[union-attr]
         g = llm_flow()  # a new flow while the worker is behind: observed in-process, complete
         tap2 = open_stream(addon, g)
-        assert not isinstance(tap2, WorkerTap)
+        assert not in_worker(addon, g)
         tap2(BODY)
         addon.response(g)
         await until(lambda: sink.records)
@@ -387,12 +384,12 @@ def test_a_stalled_worker_is_killed_and_reported():
 
     async def run() -> list[str]:
         deaths: list[str] = []
-        link = WorkerLink(on_record=lambda fid, rec: None, on_death=deaths.append, stall_timeout_s=0.4)
+        link = WorkerLink(on_facts=lambda fid, facts: None, on_death=deaths.append, stall_timeout_s=0.4)
         link.start(asyncio.get_running_loop())
         case = load("llm-stream-1.0", cases("llm-stream-1.0")[0])
         os.kill(link.pid, signal.SIGSTOP)  # type: ignore[arg-type]
-        assert link.open(*_open_msg(0, case)[1:])
-        link.finish(0, case.end, T0 + 1.0, None, None, 0)
+        assert link.open("0", _spec(case))
+        link.finish("0", StreamEnd(case.end, T0 + 1.0), 0)
         await until(lambda: deaths, timeout_s=10.0)
         assert not link.alive
         assert link.close() is False
@@ -412,7 +409,7 @@ def test_addon_worker_that_had_run_long_enough_is_replaced():
         pids.append(_worker_pid(addon))
         f = llm_flow()
         tap = open_stream(addon, f)
-        assert isinstance(tap, WorkerTap)  # observed by the new worker
+        assert in_worker(addon, f)  # observed by the new worker
         tap(BODY)
         addon.response(f)
         await until(lambda: sink.records)
@@ -449,9 +446,9 @@ def test_a_worker_dies_with_its_proxy_even_when_stopped():
     stopped one, which would otherwise stay stopped forever under PID 1 (trial finding)."""
     script = (
         "import asyncio, os, signal, sys\n"
-        "from observer.worker import WorkerLink\n"
+        "from observer.capture.link import WorkerLink\n"
         "async def main():\n"
-        "    link = WorkerLink(on_record=lambda f, r: None, on_death=lambda r: None)\n"
+        "    link = WorkerLink(on_facts=lambda f, r: None, on_death=lambda r: None)\n"
         "    link.start(asyncio.get_running_loop())\n"
         "    await asyncio.sleep(0.5)\n"
         "    os.kill(link.pid, signal.SIGSTOP)\n"
@@ -497,7 +494,7 @@ async def _one_stream_in_process(addon: LLMAudit, sink: Sink) -> None:
     await until(lambda: addon._link is None)
     f = llm_flow()
     tap = open_stream(addon, f)
-    assert not isinstance(tap, WorkerTap)
+    assert not in_worker(addon, f)
     tap(BODY)
     addon.response(f)
 
@@ -560,7 +557,7 @@ def test_worker_records_are_scrubbed_of_redacted_credentials_too():
         f.request.path = "/v1/chat/completions"
         f.request.content = b'{"model":"m","stream":true,"messages":[],"api_key":"sk-live-abc123"}'
         tap = open_stream(addon, f, status=422, content_type="application/json")
-        assert isinstance(tap, WorkerTap)
+        assert in_worker(addon, f)
         tap(echo)
         tap(b"")
         addon.response(f)
@@ -572,10 +569,11 @@ def test_worker_records_are_scrubbed_of_redacted_credentials_too():
     assert rec.response_body == '{"detail":[{"loc":["body","api_key"],"input":"REDACTED"}]}'
 
 
-def test_a_flow_the_worker_cannot_be_sent_is_parsed_in_process():
-    """Trial finding: a request whose metadata nests ~900 levels (orjson accepts 1024) is past
-    pickle's recursion limit; the flow lost its text (outcome ``error``). Now it is parsed in
-    the proxy process and its record is complete."""
+def test_a_request_nested_past_picklings_limit_is_parsed_by_the_worker():
+    """Trial finding: a request whose metadata nests ~900 levels (orjson accepts 1024) was past
+    pickle's recursion limit when the whole record crossed the pipe, and the flow lost its text.
+    Only the response's spec crosses it now (no prompts, no metadata): the worker parses the
+    flow and the record is complete."""
     import json
 
     doc = json.loads(REQUEST)
@@ -588,7 +586,7 @@ def test_a_flow_the_worker_cannot_be_sent_is_parsed_in_process():
         f = llm_flow()
         f.request.content = json.dumps(doc).encode()
         tap = open_stream(addon, f)
-        assert not isinstance(tap, WorkerTap)
+        assert in_worker(addon, f)
         tap(BODY)
         tap(b"")
         addon.response(f)
@@ -607,11 +605,11 @@ def test_a_write_to_a_dead_worker_reports_its_exit_status():
     deaths: list[str] = []
 
     async def run() -> None:
-        link = WorkerLink(on_record=lambda fid, rec: None, on_death=deaths.append)
+        link = WorkerLink(on_facts=lambda fid, facts: None, on_death=deaths.append)
         link.start(asyncio.get_running_loop())
         os.kill(link.pid, signal.SIGKILL)  # type: ignore[arg-type]
         os.waitid(os.P_PID, link.pid, os.WEXITED | os.WNOWAIT)  # exited; the loop has not run since
-        assert link.data(0, [b"x" * 100, T0], 100)
+        assert link.data("0", [b"x" * 100, T0], 100)
         link.commit()  # the write meets the closed pipe now, before the EOF callback
         assert deaths == ["worker exited (killed by signal 9)"]
         link.close(timeout_s=1.0)

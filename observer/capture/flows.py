@@ -1,0 +1,159 @@
+"""The flow table and finishing: what the proxy keeps per observed flow until its record is
+made, and the one path from a flow's end to its record (``FlowTable.finish`` -> the backend's
+facts -> ``observer.response.assemble`` -> redaction -> the sink)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from observer.capture.backend import Backend
+from observer.capture.request import RequestTap, incomplete_request
+from observer.capture.tap import StreamTap
+from observer.dialects.base import Dialect, RequestView
+from observer.records import Exchange, Violation, ViolationKind
+from observer.redact import redact_record
+from observer.response import ResponseFacts, StreamEnd, assemble, no_response_facts
+
+log = logging.getLogger("observer.capture")
+
+Sink = Callable[[Exchange], bool]
+
+
+@dataclass(slots=True, eq=False)
+class FlowState:
+    """One observed flow: its ``dialect``, record skeleton ``exchange`` (HTTP and request
+    facts), request ``view``, client connection id, whether the request body was read
+    (``parsed``), its upload copy and stream tap, whether its backend has it (``opened``), the
+    request-side ``violations``, and the credential values redacted from the request
+    (``secrets``: in memory only, to scrub echoes of them from the record)."""
+
+    dialect: Dialect
+    exchange: Exchange
+    view: RequestView
+    client_id: str = ""
+    parsed: bool = False
+    request_tap: RequestTap | None = None
+    tap: StreamTap | None = None
+    opened: bool = False
+    finished: bool = False
+    violations: list[Violation] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """The flow's key in its backend: the record id."""
+        return self.exchange.id
+
+
+class FlowTable:
+    """Every observed, unfinished flow (by mitmproxy flow id, and by client connection for the
+    flows mitmproxy ends without a hook), and their finishing. ``sink`` receives each record and
+    returns False when it had to drop it; ``sink`` may be set later (``set_sink``)."""
+
+    def __init__(self, backend: Backend | None = None, sink: Sink | None = None) -> None:
+        self.backend = backend
+        self._sink = sink
+        self._open: dict[str, FlowState] = {}  # flow id -> state
+        self._by_client: dict[str, set[str]] = {}  # client connection id -> ids of its open flows
+        self._waiting: dict[str, FlowState] = {}  # record id -> finished flows waiting for their facts
+        self.records_submitted = 0
+        self.records_dropped = 0
+        self.errors = 0
+
+    def set_sink(self, sink: Sink | None) -> None:
+        self._sink = sink
+
+    # ----- the table -----
+    def track(self, flow_id: str, state: FlowState) -> None:
+        self._open[flow_id] = state
+        self._by_client.setdefault(state.client_id, set()).add(flow_id)
+
+    def untrack(self, flow_id: str) -> FlowState | None:
+        state = self._open.pop(flow_id, None)
+        if state is not None:
+            ids = self._by_client.get(state.client_id)
+            if ids is not None:
+                ids.discard(flow_id)
+                if not ids:
+                    del self._by_client[state.client_id]
+        return state
+
+    def of_client(self, client_id: str) -> list[FlowState]:
+        """Removes and returns the open flows of client connection ``client_id``."""
+        states = [self._open.pop(i, None) for i in self._by_client.pop(client_id, ())]
+        return [s for s in states if s is not None and not s.finished]
+
+    def take_all(self) -> list[FlowState]:
+        """Removes and returns every open flow (shutdown)."""
+        states, self._open, self._by_client = list(self._open.values()), {}, {}
+        return states
+
+    # ----- finishing -----
+    def finish(self, state: FlowState, end: StreamEnd, status: int | None = None) -> None:
+        """Ends one flow (once): its pending chunks are handed over, then its facts asked of
+        the backend (the record is made when they come, ``on_facts``), or, without a response,
+        made now. ``status``: the response's status code, if any."""
+        if state.finished:
+            return
+        state.finished = True
+        try:
+            if state.tap is not None:
+                state.tap.flush()  # chunks still waiting for the batch sweep
+            if not state.parsed:
+                state.parsed = True
+                seen = state.request_tap.total_bytes if state.request_tap is not None else None
+                if seen is not None:
+                    state.exchange.request.body_bytes = seen
+                state.violations.append(incomplete_request(seen))
+            if state.opened and self.backend is not None:
+                self._waiting[state.key] = state
+                self.backend.finish(state.key, end)
+                return
+            if status is not None:
+                state.exchange.status_code = status
+            self._record(state, no_response_facts(end, state.exchange.request.request_id))
+        except Exception as exc:  # noqa: BLE001 - never out of a hook; the record is still made
+            self._failed("finish")
+            self._waiting.pop(state.key, None)
+            failure = Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}")
+            self._record(state, ResponseFacts(transport_error=end.transport_error, violations=[failure]))
+
+    def on_facts(self, key: str, facts: ResponseFacts) -> None:
+        """The backend's callback: a finished flow's facts."""
+        state = self._waiting.pop(key, None)
+        if state is None:
+            log.error("observer: facts for unknown record %s", key)
+            return
+        self._record(state, facts)
+
+    def _record(self, state: FlowState, facts: ResponseFacts) -> None:
+        """Assembles the record, removes echoes of the request's credential values and
+        credentials in its request ids (``observer.redact.redact_record``), and submits it."""
+        record = assemble(state.exchange, state.violations, facts)
+        try:
+            redact_record(record, state.secrets)
+        except Exception:  # noqa: BLE001 - never lose the record
+            self._failed("scrub")
+        sink = self._sink
+        if sink is None:
+            self.records_dropped += 1
+            log.error("observer: no record sink; record %s dropped", record.id)
+            return
+        try:
+            accepted = sink(record)
+        except Exception:  # noqa: BLE001
+            accepted = False
+            log.error("observer: record sink failed; record %s dropped", record.id, exc_info=True)
+        if accepted:
+            self.records_submitted += 1
+        else:
+            self.records_dropped += 1
+
+    def _failed(self, what: str) -> None:
+        self.errors += 1
+        log.error("observer: %s failed; the flow passes through unobserved", what, exc_info=True)
+
+
+__all__ = ["FlowState", "FlowTable", "Sink"]

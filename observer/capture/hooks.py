@@ -1,0 +1,494 @@
+"""The mitmproxy addon: mitmproxy's hooks turned into calls on the capture path (the only
+module of ``observer`` that imports mitmproxy). Hook use follows mitmproxy 12.3 (shared
+reference "mitmproxy-streaming", §2 and §7):
+
+- ``requestheaders``: classify by headers (cheap); other traffic gets ``stream = True`` on the
+  request (and later the response) so it is never buffered and never recorded.
+- ``request``: read the (buffered) request body of an observed flow (``capture.request``).
+- ``responseheaders``: the response's spec goes to the backend (``capture.backend``) and a
+  per-flow stream callable (``capture.tap.StreamTap``) returns every chunk unchanged.
+- ``response`` / ``error`` (mutually exclusive), ``client_disconnected``, ``done``: finish the
+  record (``capture.flows.FlowTable.finish``).
+
+Fail open: no exception leaves a hook or the stream callable. A failure stops observation of
+that flow, the bytes keep flowing, and the record carries an ``observer_error`` violation.
+Hooks never block or await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from mitmproxy import ctx, exceptions, http
+from mitmproxy.connection import ConnectionState
+
+from observer.capture.backend import FailoverBackend, InProcessBackend
+from observer.capture.batcher import TapBatcher
+from observer.capture.flows import FlowState, FlowTable, Sink
+from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
+from observer.capture.tap import StreamTap
+from observer.dialects.base import RequestView
+from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
+from observer.limits import Limits
+from observer.reassembly import EndCause
+from observer.records import Violation, ViolationKind
+from observer.response import ResponseSpec, StreamEnd
+
+log = logging.getLogger("observer.addon")
+
+METADATA_KEY = "llm_audit"
+FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
+MAX_WORKER_BUFFER_MB = 4096  # upper bound of observer_worker_buffer_mb: the queue is held in the proxy's memory
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class LLMAudit:
+    """The addon. ``sink`` receives each finished record and returns False when it had to drop
+    it; by default (``sink=None``) a ``RecordWriter`` on ``observer_db`` is started in
+    ``running`` and closed in ``done``. ``registry``: the dialect registry factory
+    (``"package.module:function"``, ``observer.dialects.registry.load_registry``), which the
+    worker process builds too; a ``DialectRegistry`` object is used as it is, in-process only
+    (a worker cannot rebuild it). ``worker``: parse in a worker process (``None``: the
+    ``observer_worker`` option decides)."""
+
+    def __init__(
+        self, sink: Sink | None = None, registry: DialectRegistry | str | None = None, worker: bool | None = None
+    ) -> None:
+        if isinstance(registry, DialectRegistry):
+            self._registry_factory: str | None = None
+            self._registry = registry
+        else:
+            self._registry_factory = registry or DEFAULT_REGISTRY
+            self._registry = load_registry(self._registry_factory)
+        self._flows = FlowTable(sink=sink)
+        self._custom_sink = sink is not None
+        self._writer = None
+        self._limits = Limits()
+        self._batcher = TapBatcher(_running_loop)
+        self._use_worker = worker  # None: the observer_worker option decides
+        self._backend: InProcessBackend | FailoverBackend = InProcessBackend(self._registry, self._flows.on_facts)
+        self._flows.backend = self._backend
+        self.worker_restart_after_s = 60.0  # a dead worker that had lived this long is replaced
+        self._options_error: str | None = None  # a deferred ``--set observer_*`` that did not parse
+        self._deferred: dict[FlowState, tuple] = {}  # ``response`` finishing soon: state -> (handle, end, status)
+        self.hook_errors = 0
+
+    # ----- counters -----
+    @property
+    def records_submitted(self) -> int:
+        return self._flows.records_submitted
+
+    @property
+    def records_dropped(self) -> int:
+        return self._flows.records_dropped
+
+    @property
+    def worker_deaths(self) -> int:
+        return self._backend.worker_deaths if isinstance(self._backend, FailoverBackend) else 0
+
+    @property
+    def _link(self):
+        """The live worker link, if any (tests)."""
+        return self._backend.link if isinstance(self._backend, FailoverBackend) else None
+
+    # ----- options -----
+    def load(self, loader) -> None:
+        loader.add_option("observer_db", str, "sqlite:///observer.db", "SQLAlchemy URL of the audit store.")
+        loader.add_option(
+            "observer_spool", str, "", "File that keeps records while the database is unreachable (empty: none)."
+        )
+        loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
+        loader.add_option(
+            "observer_gc_freeze",
+            bool,
+            True,
+            "At start-up, move every object alive (modules, mitmproxy, SQLAlchemy) out of the garbage"
+            " collector's reach (gc.freeze), so full collections stop scanning them.",
+        )
+        loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
+        loader.add_option(
+            "observer_worker", bool, True,
+            "Parse streams in a worker process (python -m observer.capture.worker), off the proxy's thread;"
+            " false: in the proxy process.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_worker_nice", int, 0,
+            "Added to the worker process's scheduling niceness (0-19): higher lets the proxy's forwarding go first.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_worker_buffer_mb", int, 64,
+            "Most stream data waiting for the worker, in MiB (1-4096); a flow that would pass it is no longer"
+            " observed.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_tap_batch_ms", int, 50,
+            "Streamed chunks are parsed in batches this often, in ms (0: inline, per chunk). Never delays the client.",
+        )  # fmt: skip
+        loader.add_option(
+            "observer_tap_slice_us", int, 500,
+            "Most parsing one batch callback does before letting the proxy's I/O run, in µs (0: no limit).",
+        )  # fmt: skip
+        for f in fields(Limits):
+            loader.add_option(f"observer_{f.name}", int, f.default, f.metadata["help"])
+        self._apply_deferred_options()
+
+    def _apply_deferred_options(self) -> None:
+        """Applies the ``--set observer_*=VALUE`` that mitmproxy deferred until this script
+        loaded, so that a malformed one is reported. mitmproxy applies a script's deferred
+        options right after ``load``, all at once; a value that does not parse raises there, and
+        the script loader drops the exception and the addon without a word (the proxy would run
+        and record nothing). Here the error is logged (mitmdump exits with code 1 after an error
+        logged during start-up: its ``errorcheck`` addon), the ``observer_*`` entries are dropped
+        so the addon still loads, and ``running`` refuses to record and shuts the proxy down."""
+        try:
+            ctx.options.process_deferred()
+        except exceptions.OptionsError as exc:
+            self._options_error = str(exc)
+            for name in [k for k in ctx.options.deferred if k.startswith("observer_")]:
+                del ctx.options.deferred[name]
+            log.error("observer: %s; not recording", exc)
+
+    def configure(self, updated: set[str]) -> None:
+        names = [f.name for f in fields(Limits)]
+        if "observer_queue_max" in updated or any(f"observer_{n}" in updated for n in names):
+            values = {n: getattr(ctx.options, f"observer_{n}") for n in [*names, "queue_max"]}
+            for n, v in values.items():
+                if v <= 0:
+                    raise exceptions.OptionsError(f"observer_{n} must be a positive integer, got {v}")
+            values.pop("queue_max")
+            self._limits = Limits(**values)
+        if "observer_tap_batch_ms" in updated:
+            ms = ctx.options.observer_tap_batch_ms
+            if ms < 0:
+                raise exceptions.OptionsError(f"observer_tap_batch_ms must be >= 0, got {ms}")
+            self._batcher.interval_s = ms / 1000.0
+        if "observer_tap_slice_us" in updated:
+            us = ctx.options.observer_tap_slice_us
+            if us < 0:
+                raise exceptions.OptionsError(f"observer_tap_slice_us must be >= 0, got {us}")
+            self._batcher.slice_s = us / 1e6
+        if "observer_worker_nice" in updated and not 0 <= ctx.options.observer_worker_nice <= 19:
+            raise exceptions.OptionsError(
+                f"observer_worker_nice must be 0-19, got {ctx.options.observer_worker_nice}"
+            )
+        buffer_mb = ctx.options.observer_worker_buffer_mb
+        if "observer_worker_buffer_mb" in updated and not 0 < buffer_mb <= MAX_WORKER_BUFFER_MB:
+            raise exceptions.OptionsError(
+                f"observer_worker_buffer_mb must be 1-{MAX_WORKER_BUFFER_MB} (MiB held in the proxy's memory while the "
+                f"worker is behind), got {buffer_mb}"
+            )  # fmt: skip
+        if "observer_db" in updated and not ctx.options.observer_db.strip():
+            raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
+
+    # ----- life cycle -----
+    def running(self) -> None:
+        if self._options_error is not None:
+            log.error("observer: not recording: %s", self._options_error)
+            ctx.master.shutdown()
+            return
+        if not self._custom_sink and self._writer is None:
+            self._start_writer()
+            if ctx.options.observer_gc_freeze:
+                _freeze_startup_heap()
+        self._start_worker()
+
+    def _start_writer(self) -> None:
+        from observer.store.migrate import upgrade
+        from observer.store.store import AuditStore
+        from observer.store.writer import RecordWriter
+
+        url = ctx.options.observer_db
+        if ctx.options.observer_migrate:
+            upgrade(url)
+        spool = ctx.options.observer_spool
+        self._writer = RecordWriter(
+            AuditStore(url), queue_max=ctx.options.observer_queue_max, spool_path=Path(spool) if spool else None
+        )
+        self._writer.start()
+        self._flows.set_sink(self._writer.submit)
+        log.info("observer: recording LLM exchanges to %s", _safe_url(url))
+
+    def _start_worker(self) -> None:
+        """Parses in a worker process when wanted (``worker`` argument, else the
+        ``observer_worker`` option) and possible (a running loop, a registry the worker can
+        build from its factory name); otherwise in-process."""
+        want = self._use_worker if self._use_worker is not None else getattr(ctx.options, "observer_worker", False)
+        if not want or isinstance(self._backend, FailoverBackend):
+            return
+        if self._registry_factory is None:
+            log.warning("observer: a dialect registry object was given: observing in-process (a worker builds its"
+                        " registry from a factory name)")  # fmt: skip
+            return
+        loop = _running_loop()
+        if loop is None:
+            return
+        backend = FailoverBackend(
+            self._registry, self._registry_factory, self._flows.on_facts,
+            buffer_bytes=getattr(ctx.options, "observer_worker_buffer_mb", 64) << 20,
+            nice=getattr(ctx.options, "observer_worker_nice", 0), restart_after_s=self.worker_restart_after_s,
+        )  # fmt: skip
+        if backend.start(loop):
+            self._backend = self._flows.backend = backend
+
+    def done(self) -> None:
+        """Flows still streaming when the proxy stops never see ``response``/``error`` before the
+        writer closes: they are finished now as ``interrupted``, after the queued chunks were
+        handed over and the batcher's callbacks cancelled (the loop is stopping)."""
+        if isinstance(self._backend, FailoverBackend):
+            self._backend.restart_after_s = float("inf")  # no new worker from here on
+        deferred, self._deferred = list(self._deferred.items()), {}
+        for state, (handle, end, status) in deferred:  # ended normally, record not finished yet
+            handle.cancel()
+            self._flows.finish(state, end, status)
+        self._batcher.drain()
+        now = time.time()
+        for state in self._flows.take_all():
+            self._flows.finish(state, StreamEnd(EndCause.SHUTDOWN, now, transport_error="observer shut down"))
+        if isinstance(self._backend, FailoverBackend):
+            self._backend.close(timeout_s=10.0)
+        if self._writer is not None:
+            self._writer.close(timeout_s=10.0)
+            log.info("observer: writer closed %s", self._writer.stats())
+            self._writer = None
+            self._flows.set_sink(None)
+
+    # ----- hooks -----
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        try:
+            view = _request_view(flow)
+            dialect = self._registry.classify(view)
+            if dialect is None:
+                flow.request.stream = True  # not ours: never buffer someone else's upload
+                return
+            state = FlowState(dialect, _skeleton(flow, dialect), view, flow.client_conn.id)
+            length = view.headers.get("content-length", "")
+            too_large = declared_too_large(length, self._limits)
+            if too_large is not None:
+                flow.request.stream = True
+                state.parsed = True
+                state.exchange.request.body_bytes = int(length)
+                state.violations.append(too_large)
+            elif not length.isdigit():  # size not declared: stream it, keep a bounded copy
+                state.request_tap = RequestTap(self._limits.max_request_bytes)
+                flow.request.stream = state.request_tap
+            self._track(flow, state)
+        except Exception:
+            self._hook_failed("requestheaders")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.get(METADATA_KEY)
+        if state is not None:
+            self._read_request(flow, state)
+
+    def _read_request(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        """Parses the request body into the record, once: from mitmproxy's buffer, or from the
+        bounded copy of a streamed upload (``request`` hook, or ``responseheaders`` when the
+        response starts before the upload ended)."""
+        if state.parsed:
+            return
+        state.parsed = True
+        try:
+            if state.request_tap is not None:
+                raw = state.request_tap.body()
+                if raw is None:
+                    state.exchange.request.body_bytes = state.request_tap.total_bytes
+                    state.violations.append(state.request_tap.overflow(self._limits))
+                    return
+            else:
+                raw = flow.request.raw_content
+                if raw is None:  # streamed by someone else: nothing to parse
+                    return
+            read = read_request(state.dialect, state.view, raw, flow.request.headers.get("content-encoding"),
+                                self._limits)  # fmt: skip
+            if read.facts is None:
+                state.exchange.request.body_bytes = read.body_bytes
+            else:
+                state.exchange.request = read.facts
+                state.secrets = read.secrets
+            state.violations.extend(read.violations)
+        except Exception as exc:
+            self._hook_failed("request")
+            state.violations.append(Violation(ViolationKind.OBSERVER_ERROR, None, f"request: {type(exc).__name__}"))
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.get(METADATA_KEY)
+        try:
+            state = self._reclassify(flow, state)
+        except Exception:
+            self._hook_failed("responseheaders")
+        if state is None:
+            flow.response.stream = True  # not ours: stream through, never buffer
+            return
+        self._read_request(flow, state)
+        try:
+            resp = flow.response
+            ex = state.exchange
+            ex.status_code = resp.status_code
+            request = ex.request
+            spec = ResponseSpec(
+                dialect=state.dialect.name, status_code=resp.status_code,
+                content_type=resp.headers.get("content-type"), content_encoding=resp.headers.get("content-encoding"),
+                started_at_s=ex.started_at.timestamp(), path=ex.path, tool_names=tuple(request.tool_names),
+                request_id=request.request_id, request_stream=request.stream, limits=self._limits,
+            )  # fmt: skip
+            flush_bytes = self._backend.open(state.key, spec)
+            state.opened = True
+            state.tap = StreamTap(state.key, self._backend, flush_bytes, self._batcher)
+            flow.response.stream = state.tap
+        except Exception as exc:
+            flow.response.stream = True  # fail open: the client still gets its stream
+            self._hook_failed("responseheaders")
+            state.violations.append(
+                Violation(ViolationKind.OBSERVER_ERROR, None, f"responseheaders: {type(exc).__name__}")
+            )
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """The end of a response: its record is finished ``FINISH_DELAY_S`` after this hook, not
+        in it: mitmproxy sends the end of a streamed response to the client only after the
+        ``response`` hook (shared reference "mitmproxy-streaming" §1.5), so the last chunks'
+        parse and the record's assembly would delay the client's end of stream (measured:
+        docs/performance.md, "Finishing after the response hook"). ``done`` finishes what is
+        still waiting."""
+        state = self._pop(flow)
+        if state is None:
+            return
+        now = time.time()
+        end = StreamEnd(EndCause.EOF, now, flow.response.timestamp_end or now)
+        status = flow.response.status_code
+        loop = _running_loop()
+        if loop is None:  # no running loop (unit tests): now
+            self._flows.finish(state, end, status)
+            return
+        handle = loop.call_later(FINISH_DELAY_S, self._finish_deferred, state)
+        self._deferred[state] = (handle, end, status)
+
+    def _finish_deferred(self, state: FlowState) -> None:
+        entry = self._deferred.pop(state, None)
+        if entry is not None:
+            self._flows.finish(state, entry[1], entry[2])
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        state = self._pop(flow)
+        if state is None:
+            return
+        message = flow.error.msg if flow.error else "unknown error"
+        cause = end_cause_from_error(
+            message,
+            client_closed=flow.client_conn.state is ConnectionState.CLOSED,
+            server_closed=flow.server_conn.state is ConnectionState.CLOSED,
+        )
+        status = flow.response.status_code if flow.response is not None else None
+        self._flows.finish(state, StreamEnd(cause, time.time(), transport_error=message), status)
+
+    def client_disconnected(self, client) -> None:
+        """Finishes the flows of a closed client connection that mitmproxy ended without a
+        ``response``/``error`` hook (e.g. HTTP/2 streams reset before their request was
+        complete): recorded as ``client_aborted`` instead of lingering until shutdown (trial
+        finding: 20k resets leaked state and surfaced as phantom ``interrupted`` records)."""
+        states = self._flows.of_client(client.id)
+        if states:
+            end = StreamEnd(EndCause.CLIENT_ABORTED, time.time(), transport_error="client disconnected")
+            for state in states:
+                self._flows.finish(state, end)
+
+    # ----- helpers -----
+    def _reclassify(self, flow: http.HTTPFlow, state: FlowState | None) -> FlowState | None:
+        """Lets the response headers name the dialect (registry ``classify_response``). A flow
+        first seen here was not recognised by its request, whose body was streamed on unkept:
+        its record has no request facts."""
+        view = state.view if state is not None else _request_view(flow)
+        headers = {k.lower(): v for k, v in flow.response.headers.items()}
+        current = state.dialect if state is not None else None
+        dialect = self._registry.classify_response(view, headers, current)
+        if dialect is None or dialect is current:
+            return state
+        if state is None:
+            state = FlowState(dialect, _skeleton(flow, dialect), view, flow.client_conn.id)
+            state.parsed = True  # the request was streamed on unkept
+            self._track(flow, state)
+            return state
+        state.dialect = dialect
+        state.exchange.dialect = dialect.name
+        raw = flow.request.raw_content
+        if raw is not None:  # read the request again, the way the dialect the response revealed reads it
+            read = read_request(dialect, state.view, raw, flow.request.headers.get("content-encoding"), self._limits)
+            if read.facts is None:
+                state.exchange.request.body_bytes = read.body_bytes
+            else:
+                state.exchange.request = read.facts
+                state.secrets = read.secrets
+            state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST]
+            state.violations += read.violations
+        return state
+
+    def _track(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        flow.metadata[METADATA_KEY] = state
+        self._flows.track(flow.id, state)
+
+    def _pop(self, flow: http.HTTPFlow) -> FlowState | None:
+        """The flow's state, unless it is not observed or was already finished."""
+        self._flows.untrack(flow.id)
+        state = flow.metadata.pop(METADATA_KEY, None)
+        return None if state is None or state.finished else state
+
+    def _hook_failed(self, hook: str) -> None:
+        self.hook_errors += 1
+        log.error("observer: %s hook failed; the flow passes through unobserved", hook, exc_info=True)
+
+
+def end_cause_from_error(message: str, *, client_closed: bool = False, server_closed: bool = False) -> EndCause:
+    """Classifies mitmproxy's free-text ``flow.error.msg`` (shared reference §2.4): client
+    disconnects and client RST_STREAM(CANCEL) are client aborts. ``peer closed connection``
+    (HTTP/2) is said for either side, so the connection states decide it: only the client's
+    connection closed means the client went away. Everything else (upstream resets, incomplete
+    bodies) is an upstream failure. Best effort: the raw message is always recorded too."""
+    m = message.lower()
+    if m.startswith("client disconnected") or "(cancel)" in m:
+        return EndCause.CLIENT_ABORTED
+    if m.startswith("peer closed connection") and client_closed and not server_closed:
+        return EndCause.CLIENT_ABORTED
+    return EndCause.UPSTREAM_FAILED
+
+
+def _skeleton(flow: http.HTTPFlow, dialect) -> object:
+    req = flow.request
+    return skeleton(dialect, scheme=req.scheme, host=req.host, port=req.port, path=req.path, method=req.method,
+                    http_version=req.http_version, started_at_s=req.timestamp_start or time.time())  # fmt: skip
+
+
+def _freeze_startup_heap() -> None:
+    """Collects once, then moves every surviving object to the permanent generation
+    (``gc.freeze``, Python docs "gc"): the process's start-up heap (mitmproxy, SQLAlchemy's
+    metadata, the dialect tables: long-lived by nature) is then never scanned again by a full
+    collection, which under load paused every stream (docs/performance.md, "gc.freeze")."""
+    gc.collect()
+    gc.freeze()
+
+
+def _request_view(flow: http.HTTPFlow) -> RequestView:
+    req = flow.request
+    return RequestView(req.method, req.host, req.path, {k.lower(): v for k, v in req.headers.items()})
+
+
+def _safe_url(url: str) -> str:
+    """The DB URL without its password, for logs."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable url>"
+
+
+__all__ = ["FINISH_DELAY_S", "METADATA_KEY", "LLMAudit", "end_cause_from_error"]

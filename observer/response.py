@@ -1,0 +1,118 @@
+"""The response side of an exchange: what its parser is given (``ResponseSpec``), how the
+transport ended (``StreamEnd``), what the parser returns (``ResponseFacts``), and the one place
+a record is assembled from the request side and the response side (``assemble``).
+
+The parser, in the proxy process or in the worker (``observer.capture``), sees only the
+``ResponseSpec``: no prompts, no request body, nothing a credential could hide in beyond the
+declared tool names and the client's correlation id. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from observer.limits import DEFAULT_LIMITS, Limits
+from observer.reassembly import EndCause
+from observer.records import Block, ErrorInfo, Exchange, Outcome, ToolCall, Usage, Violation, utc_from_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseSpec:
+    """What parsing one response needs: ``dialect`` (registry name), the response's
+    ``status_code``, ``content_type`` and ``content_encoding`` (header values as sent, or
+    ``None``), ``started_at_s`` (the request's start, epoch seconds: ``ttft_s`` counts from it),
+    ``path`` (the request path, credentials redacted: per-endpoint framings), the request's
+    declared ``tool_names`` (draft §8.2 ``undeclared_tool``), its correlation ``request_id``
+    (draft §4.6), whether it asked for a stream (``request_stream``; ``None``: it did not say),
+    and the ``limits``."""
+
+    dialect: str
+    status_code: int
+    content_type: str | None = None
+    content_encoding: str | None = None
+    started_at_s: float = 0.0
+    path: str = ""
+    tool_names: tuple[str, ...] = ()
+    request_id: str | None = None
+    request_stream: bool | None = None
+    limits: Limits = DEFAULT_LIMITS
+
+    @property
+    def media_type(self) -> str:
+        """The ``Content-Type`` without parameters, lower-cased ("" when absent), RFC 9110 §8.3.1."""
+        return (self.content_type or "").split(";", 1)[0].strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """How the transport ended: ``cause``, the clock reading when it was noticed (``now_s``) and
+    the end time to record (``ended_at_s``, default ``now_s``), both epoch seconds, and the
+    proxy's raw error message (``transport_error``, mitmproxy ``flow.error.msg``)."""
+
+    cause: EndCause
+    now_s: float
+    ended_at_s: float | None = None
+    transport_error: str | None = None
+
+    @property
+    def at_s(self) -> float:
+        """The end time to record (epoch seconds)."""
+        return self.ended_at_s if self.ended_at_s is not None else self.now_s
+
+
+@dataclass(slots=True)
+class ResponseFacts:
+    """What one response's parse found: the response-side fields of ``observer.records.Exchange``,
+    with the same names, types and defaults (``assemble`` copies each of them by name)."""
+
+    ended_at: object = None  # aware UTC datetime
+    ttft_s: float | None = None
+    request_id: str | None = None
+    model: str | None = None
+    blocks: list[Block] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    stop_reason_raw: str | None = None
+    error: ErrorInfo | None = None
+    outcome: str = Outcome.TRUNCATED
+    violations: list[Violation] = field(default_factory=list)
+    response_body: str | None = None
+    transport_error: str | None = None
+    response_bytes: int = 0
+    events: int = 0
+
+
+RESPONSE_FIELDS = tuple(f.name for f in fields(ResponseFacts))
+
+
+def no_response_facts(end: StreamEnd, request_id: str | None) -> ResponseFacts:
+    """The facts of an exchange that ended before any response headers arrived.
+
+    A client that went away while waiting gives ``client_aborted``, an observer shutdown
+    ``interrupted``; otherwise (upstream unreachable, refused, reset) ``error`` with code
+    ``no_response``: no response existed, so nothing was truncated. ``request_id`` is the
+    request's own correlation id."""
+    facts = ResponseFacts(ended_at=utc_from_epoch(end.now_s), transport_error=end.transport_error,
+                          request_id=request_id)  # fmt: skip
+    if end.cause is EndCause.CLIENT_ABORTED:
+        facts.outcome = Outcome.CLIENT_ABORTED
+    elif end.cause is EndCause.SHUTDOWN:
+        facts.outcome = Outcome.INTERRUPTED
+    else:
+        facts.error = ErrorInfo("no_response", end.transport_error)
+        facts.outcome = Outcome.ERROR
+    return facts
+
+
+def assemble(skeleton: Exchange, request_violations: list[Violation], facts: ResponseFacts) -> Exchange:
+    """The record: ``skeleton`` (HTTP and request facts, status) with every response field of
+    ``facts`` copied in by name; violations are the request's, then the response's. Mutates
+    and returns ``skeleton``."""
+    for name in RESPONSE_FIELDS:
+        setattr(skeleton, name, getattr(facts, name))
+    skeleton.violations = [*request_violations, *facts.violations]
+    return skeleton
+
+
+__all__ = ["RESPONSE_FIELDS", "ResponseFacts", "ResponseSpec", "StreamEnd", "assemble", "no_response_facts"]
