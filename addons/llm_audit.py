@@ -26,14 +26,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import fields
-from pathlib import Path
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
+from observer.config import add_options, settings_from_options
 from observer.dialects.base import Dialect, RequestView
-from observer.errors import ObserverError
+from observer.errors import ConfigError, ObserverError
 from observer.dialects.registry import DialectRegistry, default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
@@ -54,7 +53,6 @@ FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the re
 # h1, alternating pairs: 256 KiB gave 0.91x of the baseline against 0.88x for 32 KiB (4 pairs),
 # and 1 MiB (the pipe's capacity) 0.92x against 0.95x for 256 KiB (3 pairs).
 WORKER_FLUSH_BYTES = 256 << 10
-MAX_WORKER_BUFFER_MB = 4096  # upper bound of observer_worker_buffer_mb: the queue is held in the proxy's memory
 
 
 class _FlowState:
@@ -397,43 +395,7 @@ class LLMAudit:
 
     # ----- options -----
     def load(self, loader) -> None:
-        loader.add_option("observer_db", str, "sqlite:///observer.db", "SQLAlchemy URL of the audit store.")
-        loader.add_option(
-            "observer_spool", str, "", "File that keeps records while the database is unreachable (empty: none)."
-        )
-        loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
-        loader.add_option(
-            "observer_gc_freeze",
-            bool,
-            True,
-            "At start-up, move every object alive (modules, mitmproxy, SQLAlchemy) out of the garbage"
-            " collector's reach (gc.freeze), so full collections stop scanning them.",
-        )
-        loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
-        loader.add_option(
-            "observer_worker", bool, True,
-            "Parse streams in a worker process (python -m observer.worker), off the proxy's thread;"
-            " false: in the proxy process.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_worker_nice", int, 0,
-            "Added to the worker process's scheduling niceness (0-19): higher lets the proxy's forwarding go first.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_worker_buffer_mb", int, 64,
-            "Most stream data waiting for the worker, in MiB (1-4096); a flow that would pass it is no longer"
-            " observed.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_tap_batch_ms", int, 50,
-            "Streamed chunks are parsed in batches this often, in ms (0: inline, per chunk). Never delays the client.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_tap_slice_us", int, 500,
-            "Most parsing one batch callback does before letting the proxy's I/O run, in µs (0: no limit).",
-        )  # fmt: skip
-        for f in fields(Limits):
-            loader.add_option(f"observer_{f.name}", int, f.default, f.metadata["help"])
+        add_options(loader)
         self._apply_deferred_options()
 
     def _apply_deferred_options(self) -> None:
@@ -455,36 +417,15 @@ class LLMAudit:
             log.error("observer: %s; not recording", exc)
 
     def configure(self, updated: set[str]) -> None:
-        names = [f.name for f in fields(Limits)]
-        if "observer_queue_max" in updated or any(f"observer_{n}" in updated for n in names):
-            values = {n: getattr(ctx.options, f"observer_{n}") for n in [*names, "queue_max"]}
-            for n, v in values.items():
-                if v <= 0:
-                    raise exceptions.OptionsError(f"observer_{n} must be a positive integer, got {v}")
-            values.pop("queue_max")
-            self._limits = Limits(**values)
-        if "observer_tap_batch_ms" in updated:
-            ms = ctx.options.observer_tap_batch_ms
-            if ms < 0:
-                raise exceptions.OptionsError(f"observer_tap_batch_ms must be >= 0, got {ms}")
-            self._batcher.interval_s = ms / 1000.0
-        if "observer_tap_slice_us" in updated:
-            us = ctx.options.observer_tap_slice_us
-            if us < 0:
-                raise exceptions.OptionsError(f"observer_tap_slice_us must be >= 0, got {us}")
-            self._batcher.slice_s = us / 1e6
-        if "observer_worker_nice" in updated and not 0 <= ctx.options.observer_worker_nice <= 19:
-            raise exceptions.OptionsError(
-                f"observer_worker_nice must be 0-19, got {ctx.options.observer_worker_nice}"
-            )
-        buffer_mb = ctx.options.observer_worker_buffer_mb
-        if "observer_worker_buffer_mb" in updated and not 0 < buffer_mb <= MAX_WORKER_BUFFER_MB:
-            raise exceptions.OptionsError(
-                f"observer_worker_buffer_mb must be 1-{MAX_WORKER_BUFFER_MB} (MiB held in the proxy's memory while the "
-                f"worker is behind), got {buffer_mb}"
-            )  # fmt: skip
-        if "observer_db" in updated and not ctx.options.observer_db.strip():
-            raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
+        if not any(name.startswith("observer_") for name in updated):
+            return
+        try:
+            settings = settings_from_options(ctx.options)
+        except ConfigError as exc:
+            raise exceptions.OptionsError(str(exc)) from exc
+        self._limits = settings.limits
+        self._batcher.interval_s = settings.tap_batch_ms / 1000.0
+        self._batcher.slice_s = settings.tap_slice_us / 1e6
 
     def running(self) -> None:
         if self._options_error is not None:
@@ -502,13 +443,11 @@ class LLMAudit:
         from observer.store.store import AuditStore
         from observer.store.writer import RecordWriter
 
-        url = ctx.options.observer_db
-        if ctx.options.observer_migrate:
+        settings = settings_from_options(ctx.options)
+        url = settings.db
+        if settings.migrate:
             upgrade(url)
-        spool = ctx.options.observer_spool
-        self._writer = RecordWriter(
-            AuditStore(url), queue_max=ctx.options.observer_queue_max, spool_path=Path(spool) if spool else None
-        )
+        self._writer = RecordWriter(AuditStore(url), queue_max=settings.queue_max, spool_path=settings.spool_path)
         self._writer.start()
         self._sink = self._writer.submit
         log.info("observer: recording LLM exchanges to %s", _safe_url(url))
@@ -517,16 +456,16 @@ class LLMAudit:
         """Starts the worker process when wanted (``worker`` argument, else the
         ``observer_worker`` option) and possible (a running loop, the default dialect registry:
         the worker builds its own). If it cannot start, streams are observed in-process."""
-        want = self._use_worker if self._use_worker is not None else getattr(ctx.options, "observer_worker", False)
+        settings = settings_from_options(ctx.options)
+        want = self._use_worker if self._use_worker is not None else settings.worker
         if not want or self._link is not None:
             return
         if self._custom_registry:
             log.warning("observer: custom dialect registry: observing in-process (the worker has the default one)")
             return
-        buffer_mb = getattr(ctx.options, "observer_worker_buffer_mb", 64)
         link = WorkerLink(
-            on_record=self._worker_record, on_death=self._worker_died, max_buffer_bytes=buffer_mb << 20,
-            nice=getattr(ctx.options, "observer_worker_nice", 0),
+            on_record=self._worker_record, on_death=self._worker_died,
+            max_buffer_bytes=settings.worker_buffer_mb << 20, nice=settings.worker_nice,
         )  # fmt: skip
         try:
             link.start(asyncio.get_running_loop())
