@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +37,8 @@ ENV_PREFIX = "OBSERVER_"
 OPTION_PREFIX = "observer_"
 CONFIG_FILE_ENV = "OBSERVER_CONFIG"
 DEFAULT_CONFIG_FILE = "observer.toml"
-# ``OBSERVER_*`` variables that are not settings: the config file's path, and the test suite's own.
+# ``OBSERVER_*`` variables that are not settings: the config file's path, and the test suite's own
+# (``OBSERVER_TEST_PG_URL``); any other one is refused as a mistyped setting.
 NOT_SETTINGS_ENV = (CONFIG_FILE_ENV,)
 RESERVED_ENV_PREFIX = "OBSERVER_TEST_"
 # Option names mitmdump users knew before the settings were declared here: old -> setting.
@@ -60,7 +61,10 @@ def _limit(default: int, help: str, unit: str) -> Any:
 
 
 class Settings(BaseSettings):
-    """Every setting, each documented, with its unit and range (the README table is made from it)."""
+    """Every setting, each documented, with its unit and range (the README table is made from it).
+
+    ``Settings()`` reads the sources; ``load_settings`` also refuses unknown ``OBSERVER_*``
+    variables and turns errors into one-line ``ConfigError``s."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
@@ -260,9 +264,10 @@ class SettingSpec:
         """What a bad value should have been, for error messages (``1-4096 (MiB)``)."""
         if self.kind is bool:
             return "true or false"
+        if self.kind is int and self.ge is not None and self.le is not None:
+            return f"{self.ge}-{self.le} ({self.unit})"
         if self.kind is int:
-            bounds = self.range_text()
-            return f"{'an integer ' + bounds if bounds.startswith('>') else bounds or 'an integer'} ({self.unit})"
+            return f"an integer{'' if self.ge is None else f' >= {self.ge}'} ({self.unit})"
         return f"a non-empty {self.unit}" if self.nonempty else f"a value ({self.unit})"
 
 
@@ -378,7 +383,7 @@ def _source(name: str, given: Mapping[str, object], given_as: Mapping[str, str])
     return f"{name} in {config_file()}"
 
 
-def _explain(exc: ValidationError, where: Any) -> str:
+def _explain(exc: ValidationError, where: Callable[[str], str]) -> str:
     """One line for a ``ValidationError``: ``<where> must be <expected>, got <value>`` per field."""
     problems = []
     for err in exc.errors():
