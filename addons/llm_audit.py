@@ -4,6 +4,6 @@ The addon itself is ``observer.capture.hooks.LLMAudit`` (the package must be imp
 or on ``PYTHONPATH``); this file only gives mitmproxy an instance to load.
 """
 
-from observer.capture import LLMAudit
+from observer.capture.hooks import LLMAudit
 
 addons = [LLMAudit()]

@@ -1,24 +1,25 @@
 """The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``.
 
 Every command that touches the store takes ``--db URL`` (default: the config file or env
-``OBSERVER_DB``, else ``sqlite:///observer.db``).
+``OBSERVER_DB``, else ``sqlite:///observer.db``). ``run`` takes every setting of
+``observer.config`` as a flag ``--<name>`` (and a proxy setting also as ``--set
+observer_<name>=VALUE``, as mitmdump does); a bad value of any source exits 2 with one line
+naming it, before anything starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import subprocess
-import tomllib
-from pathlib import Path
-from typing import Annotated, NoReturn
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
 
-from observer.config import Settings, load_settings
-from observer.errors import ObserverError
+from observer.config import OPTION_PREFIX, PROXY_SPECS, SPECS, Settings, did_you_mean, load_settings, option_setting
+from observer.errors import ConfigError, ObserverError
 
 app = typer.Typer(help="Passive observer and compliance logger for LLM inference streams.", no_args_is_help=True)
 db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
@@ -34,34 +35,54 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _with_setting_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with one option ``--<name>`` per setting but the secret ones (type, help,
+    default and range from ``observer.config``); it receives them as ``flags``
+    (``{name: value}``, ``None``: not given)."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "flags"]
+    extra = [
+        inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            spec.kind | None,
+            typer.Option(spec.flag + (f"/--no-{spec.flag[2:]}" if spec.kind is bool else ""),
+                         help=f"{spec.help} [{spec.env}; default {spec.default_text()}"
+                         f"{'; ' + spec.range_text() if spec.kind is int else ''}]", show_default=False,
+                         rich_help_panel="Settings (also OBSERVER_<NAME>, observer.toml)"),
+        ])
+        for spec in SPECS.values() if spec.flag is not None
+    ]  # fmt: skip
+
+    def wrapper(**kwargs: Any) -> None:
+        flags = {name: kwargs.pop(name) for name in list(kwargs) if name in SPECS}
+        command(**kwargs, flags=flags)
+
+    wrapper.__name__, wrapper.__doc__ = command.__name__, command.__doc__
+    wrapper.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
+    return wrapper
+
+
 @app.command()
+@_with_setting_flags
 def run(
-    proxy_port: Annotated[int | None, typer.Option(help="Forward proxy port (default 8080).")] = None,
-    api_port: Annotated[int | None, typer.Option(help="Query API port (default 8081).")] = None,
-    db: DbOpt = None,
-    confdir: Annotated[Path | None, typer.Option(help="mitmproxy confdir holding the CA (default DATA_DIR/mitmproxy).")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Folder for the API token and CA (default .observer).")] = None,
-    proxy_host: Annotated[str | None, typer.Option(help="Proxy bind address (default 127.0.0.1).")] = None,
-    api_host: Annotated[str | None, typer.Option(help="API bind address (default 127.0.0.1).")] = None,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Extra mitmproxy option NAME=VALUE (repeatable).")
+        list[str] | None,
+        typer.Option("--set", help="A mitmproxy option NAME=VALUE (repeatable); observer_<name>=VALUE: that setting."),
     ] = None,
+    *,
+    flags: dict[str, Any],
 ) -> None:
     """Run the forward proxy with the audit addon and the query API, until Ctrl-C."""
     from observer.runner import check_port_free, run_proxy, start_api_process, stop_process
     from observer.token import resolve_token
 
-    _check_sets(set_ or [])
-    settings = _settings(
-        db=db, proxy_port=proxy_port, api_port=api_port, confdir=confdir, data_dir=data_dir,
-        proxy_host=proxy_host, api_host=api_host,
-    )  # fmt: skip
+    from_sets, given_as, mitm_sets = _split_sets(set_ or [], flags)
+    settings = _settings(given_as, **(flags | from_sets))
     try:
         check_port_free(settings.proxy_host, settings.proxy_port, "--proxy-port")
         check_port_free(settings.api_host, settings.api_port, "--api-port")
     except ObserverError as exc:
         _fail(str(exc))
-    _upgrade(settings.db)
+    if settings.migrate:
+        _upgrade(settings.db)
     started: list[subprocess.Popen] = []
 
     def start_api() -> subprocess.Popen:
@@ -78,13 +99,40 @@ def run(
     from mitmproxy.exceptions import OptionsError
 
     try:
-        code = asyncio.run(run_proxy(settings, list(set_ or []), start_api))
+        code = asyncio.run(run_proxy(settings, mitm_sets, start_api))
     except OptionsError as exc:
         _fail(f"invalid --set option: {exc}")
     finally:
         for proc in started:
             stop_process(proc)
     raise typer.Exit(code)
+
+
+def _split_sets(sets: list[str], flags: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """``observer run``'s ``--set`` items as (setting values by name, how each was spelled,
+    plain mitmproxy ``NAME=VALUE`` items). ``--set observer_<name>=V`` is that setting, as its
+    flag; exits 2 with one line for an ``observer_*`` name that is no setting, a setting given
+    twice, or one without a value (a bare ``--set observer_<flag>`` means true, as in mitmproxy)."""
+    values: dict[str, str] = {}
+    given_as = {name: SPECS[name].flag or name for name, v in flags.items() if v is not None}
+    mitm: list[str] = []
+    for item in sets:
+        option, has_value, value = (part.strip() for part in item.partition("="))
+        name = option_setting(option)
+        if name is None and option.startswith(OPTION_PREFIX):
+            spec = SPECS.get(option.removeprefix(OPTION_PREFIX))
+            if spec is not None:
+                _fail(f"--set {option}: {spec.name} is not a proxy option; use {spec.flag or spec.env}")
+            _fail(f"--set {option} is not a setting{did_you_mean(option, [s.option for s in PROXY_SPECS])}")
+        if name is None:
+            mitm.append(item)
+            continue
+        if name in given_as:
+            _fail(f"--set {option} and {given_as[name]} name the same setting: give it once")
+        if not has_value and SPECS[name].kind is not bool:
+            _fail(f"--set {option} needs a value: --set {option}=VALUE")
+        values[name], given_as[name] = value if has_value else "true", f"--set {option}"
+    return values, given_as, mitm
 
 
 @app.command()
@@ -101,7 +149,7 @@ def api(
     from observer.token import resolve_token
 
     _logging()
-    settings = _settings(db=db, api_host=host, api_port=port)
+    settings = _settings({"api_host": "--host", "api_port": "--port"}, db=db, api_host=host, api_port=port)
     token = resolve_token(settings)
     uvicorn.run(
         create_app(AuditStore(settings.db), token), host=settings.api_host, port=settings.api_port, log_level="warning"
@@ -117,15 +165,12 @@ def db_upgrade(db: DbOpt = None) -> None:
     typer.echo(f"observer: store {_safe(settings.db)} is at the newest schema")
 
 
-def _settings(**overrides: object) -> Settings:
-    """Settings from all sources, or a one-line error (exit 2) naming what is wrong."""
+def _settings(given_as: dict[str, str] | None = None, **overrides: object) -> Settings:
+    """Settings from all sources, or a one-line error (exit 2) naming what is wrong and where."""
     try:
-        return load_settings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        _fail(f"invalid settings ({problems}); see observer.toml / OBSERVER_* variables")
-    except (tomllib.TOMLDecodeError, SettingsError) as exc:
-        _fail(f"cannot read the config file: {exc}")
+        return load_settings(given_as, **overrides)
+    except ConfigError as exc:
+        _fail(f"invalid settings: {exc}")
 
 
 def _upgrade(url: str) -> None:
@@ -140,23 +185,6 @@ def _upgrade(url: str) -> None:
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError, OSError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         _fail(f"cannot open the audit store {_safe(url)}: {reason}")
-
-
-# Options ``observer run`` sets itself from its settings, so that the proxy and the API share one
-# store: a ``--set`` of them would send records where the API never looks (trial finding).
-_MANAGED_OPTIONS = {
-    "observer_db": "use --db (or OBSERVER_DB): the proxy and the API share the store",
-    "observer_spool": "set OBSERVER_SPOOL_PATH (default DATA_DIR/spool.jsonl)",
-    "observer_migrate": "observer run migrates the store itself before starting",
-}
-
-
-def _check_sets(sets: list[str]) -> None:
-    """Exits 2 with one line if a ``--set`` names an option ``observer run`` manages."""
-    for item in sets:
-        name = item.split("=", 1)[0].strip()
-        if name in _MANAGED_OPTIONS:
-            _fail(f"--set {name} is not accepted by observer run: {_MANAGED_OPTIONS[name]}")
 
 
 def _fail(message: str) -> NoReturn:

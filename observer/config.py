@@ -1,42 +1,164 @@
-"""Settings of the ``observer`` command, declared as data with units in their names.
+"""Every setting of the observer, declared once as data with its unit in its name.
 
-Sources, highest first: command-line options, environment variables ``OBSERVER_<NAME>``
-(e.g. ``OBSERVER_DB``, ``OBSERVER_API_TOKEN``), the TOML config file (``observer.toml`` in the
-working directory, or the path in ``OBSERVER_CONFIG``), then the defaults below.
+Each field of ``Settings`` is one setting: name, type, default, range (``ge``/``le``), help
+(``description``), unit, and whether it reaches the proxy as the mitmproxy option
+``observer_<name>``. Every setting can be given as an ``observer run`` flag ``--<name>``,
+as ``OBSERVER_<NAME>`` in the environment and as ``name = value`` in ``observer.toml`` (in the
+working directory, or the file named by ``OBSERVER_CONFIG``), in that order of precedence,
+then the default. A proxy setting is also the mitmproxy option ``observer_<name>``
+(``mitmdump -s addons/llm_audit.py --set observer_<name>=VALUE``; ``observer run --set`` takes it
+too, as its flag). ``python -m observer.settings_table`` renders the README's table of them.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, Protocol
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
+
+from observer.errors import ConfigError
+from observer.dialects.registry import DEFAULT_REGISTRY
+from observer.limits import Limits
 
 DEFAULT_DB = "sqlite:///observer.db"
+ENV_PREFIX = "OBSERVER_"
+OPTION_PREFIX = "observer_"
 CONFIG_FILE_ENV = "OBSERVER_CONFIG"
 DEFAULT_CONFIG_FILE = "observer.toml"
+# ``OBSERVER_*`` variables that are not settings: the config file's path, and the test suite's own
+# (``OBSERVER_TEST_PG_URL``); any other one is refused as a mistyped setting.
+NOT_SETTINGS_ENV = (CONFIG_FILE_ENV,)
+RESERVED_ENV_PREFIX = "OBSERVER_TEST_"
+# Option names mitmdump users knew before the settings were declared here: old -> setting.
+OLD_OPTIONS = {"observer_spool": "spool_path"}
+MAX_WORKER_BUFFER_MB = 4096  # the data waiting for the worker is held in the proxy's memory
+
+
+def _setting(default: Any, help: str, *, unit: str, proxy: bool = False, secret: bool = False, **limits: Any) -> Any:
+    """One setting's declaration: a pydantic ``Field`` with its unit and where it reaches.
+
+    ``proxy``: also the mitmproxy option ``observer_<name>``; ``secret``: no command-line flag
+    (other users can read a process's arguments); ``limits``: ``ge``/``le``/``min_length``/``pattern``."""
+    extra = {"unit": unit, "proxy": proxy, "secret": secret}
+    return Field(default, description=help, json_schema_extra=extra, **limits)
+
+
+def _limit(default: int, help: str, unit: str) -> Any:
+    """A per-stream cap (a field of ``observer.limits.Limits``): a proxy setting, at least 1."""
+    return _setting(default, help, unit=unit, proxy=True, ge=1)
 
 
 class Settings(BaseSettings):
-    """Everything ``observer run`` needs; every field documented (a test checks)."""
+    """Every setting, each documented, with its unit and range (the README table is made from it).
 
-    model_config = SettingsConfigDict(env_prefix="OBSERVER_", extra="forbid")
+    ``Settings()`` reads the sources; ``load_settings`` also refuses unknown ``OBSERVER_*``
+    variables and turns errors into one-line ``ConfigError``s."""
 
-    db: str = Field(DEFAULT_DB, description="SQLAlchemy URL of the audit store (any dialect SQLAlchemy accepts).")
-    api_token: str | None = Field(
-        None,
-        description="Bearer token of the query API. Unset: generated once, printed once, kept in data_dir/api-token.",
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    # ----- the store -----
+    db: str = _setting(
+        DEFAULT_DB, "SQLAlchemy URL of the audit store (e.g. postgresql+psycopg://user@host/db).",
+        unit="URL", proxy=True, min_length=1,
+    )  # fmt: skip
+    migrate: bool = _setting(
+        True, "Migrate the store's schema to the newest version at start-up (observer run does it before starting"
+        " the proxy); false: the schema must already be current.", unit="flag", proxy=True,
+    )  # fmt: skip
+    spool_path: Path | None = _setting(
+        None, "File that keeps records while the database is unreachable, replayed in order when it returns."
+        " Unset: DATA_DIR/spool.jsonl under observer run, none under mitmdump.",
+        unit="path", proxy=True,
+    )  # fmt: skip
+    queue_max: int = _setting(
+        10000, "Records waiting for the database; beyond it new records are dropped and counted (logged).",
+        unit="records", proxy=True, ge=1,
+    )  # fmt: skip
+    # ----- observer run: where it listens, what it keeps -----
+    data_dir: Path = _setting(Path(".observer"), "Folder of the generated API token and the mitmproxy CA.", unit="path")
+    confdir: Path | None = _setting(None, "mitmproxy confdir (its CA files). Unset: DATA_DIR/mitmproxy.", unit="path")
+    proxy_host: str = _setting("127.0.0.1", "Address the forward proxy binds.", unit="address")
+    proxy_port: int = _setting(8080, "Port of the forward proxy (0: any free port).", unit="port", ge=0, le=65535)
+    api_host: str = _setting("127.0.0.1", "Address the query API binds.", unit="address")
+    api_port: int = _setting(8081, "Port of the query API (0: any free port).", unit="port", ge=0, le=65535)
+    api_token: str | None = _setting(
+        None, "Bearer token of the query API. Unset: generated once, printed once, kept in DATA_DIR/api-token.",
+        unit="secret", secret=True,
+    )  # fmt: skip
+    # ----- per-stream limits (observer.limits.Limits); going over one is recorded, never silent -----
+    max_event_bytes: int = _limit(
+        1 << 20, "Largest event parsed; a larger one is skipped: oversize_event.", "bytes"
     )
-    data_dir: Path = Field(Path(".observer"), description="Folder for the generated API token and the mitmproxy CA.")
-    confdir: Path | None = Field(None, description="mitmproxy confdir (CA files). Default: data_dir/mitmproxy.")
-    proxy_host: str = Field("127.0.0.1", description="Address the forward proxy binds.")
-    proxy_port: int = Field(8080, ge=0, le=65535, description="Port of the forward proxy.")
-    api_host: str = Field("127.0.0.1", description="Address the query API binds.")
-    api_port: int = Field(8081, ge=0, le=65535, description="Port of the query API.")
-    spool_path: Path | None = Field(
-        None, description="File that keeps records while the database is unreachable. Default: data_dir/spool.jsonl."
+    max_stream_text_chars: int = _limit(
+        8 << 20, "Generated text and tool arguments kept per stream; further text is dropped: oversize_stream.", "chars"
     )
+    max_request_bytes: int = _limit(
+        16 << 20, "Largest request body parsed for the record; a larger one is not parsed: oversize_request.", "bytes"
+    )
+    max_body_bytes: int = _limit(
+        64 << 10, "Body kept verbatim of an error or non-stream answer (response_body); the rest is not kept.", "bytes"
+    )
+    max_json_body_bytes: int = _limit(
+        16 << 20, "Largest non-streaming JSON answer parsed; a larger one is not parsed: oversize_event.", "bytes"
+    )
+    max_stream_events: int = _limit(
+        500_000, "Messages parsed per stream; then observation stops: oversize_stream.", "events"
+    )
+    max_violations: int = _limit(
+        1000, "Violations kept per record; the rest are counted in one oversize_record violation.", "violations"
+    )
+    max_tool_calls: int = _limit(
+        1000, "Tool calls kept per record; the rest are counted in one oversize_record violation.", "tool calls"
+    )
+    max_blocks: int = _limit(
+        1000, "Content blocks kept per record; the rest are counted in one oversize_record violation.", "blocks"
+    )
+    max_decode_ratio: int = _limit(
+        200, "Decoded bytes per Content-Encoded byte (+1 MiB) before decoding stops: content_decoding_error.", "ratio"
+    )
+    # ----- the worker process and the batching of chunks -----
+    worker: bool = _setting(
+        True, "Parse streams in a worker process (python -m observer.capture.worker), off the proxy's thread;"
+        " false: in the proxy process.", unit="flag", proxy=True,
+    )  # fmt: skip
+    worker_nice: int = _setting(
+        0, "Added to the worker's scheduling niceness: higher lets the proxy's forwarding go first on a busy machine.",
+        unit="niceness", proxy=True, ge=0, le=19,
+    )  # fmt: skip
+    worker_buffer_mb: int = _setting(
+        64, "Stream data waiting for the worker, held in the proxy's memory; a flow that would pass it is no longer"
+        " observed: observer_error.", unit="MiB", proxy=True, ge=1, le=MAX_WORKER_BUFFER_MB,
+    )  # fmt: skip
+    tap_batch_ms: int = _setting(
+        50, "How often queued chunks are handed to the worker or parsed (0: per chunk); the client never waits.",
+        unit="ms", proxy=True, ge=0,
+    )  # fmt: skip
+    tap_slice_us: int = _setting(
+        500, "Most parsing one batch callback does in the proxy process before the proxy's I/O runs again"
+        " (0: no limit).", unit="µs", proxy=True, ge=0,
+    )  # fmt: skip
+    gc_freeze: bool = _setting(
+        True, "At start-up, exempt the start-up heap from full garbage collections (gc.freeze: shorter pauses).",
+        unit="flag", proxy=True,
+    )  # fmt: skip
+    dialect_registry: str = _setting(
+        DEFAULT_REGISTRY, "The dialect registry, as package.module:function returning a DialectRegistry; the"
+        " proxy and its worker process both build their dialects from it.",
+        unit="import name", proxy=True, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+    )  # fmt: skip
 
     @classmethod
     def settings_customise_sources(
@@ -47,8 +169,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = Path(os.environ.get(CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE))
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file()))
+
+    @property
+    def limits(self) -> Limits:
+        """The per-stream caps, as the core's value type."""
+        return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
 
     @property
     def mitmproxy_confdir(self) -> Path:
@@ -57,7 +183,8 @@ class Settings(BaseSettings):
 
     @property
     def spool_file(self) -> Path:
-        """Where records wait while the database is unreachable (replayed in order on recovery)."""
+        """Where ``observer run`` keeps records while the database is unreachable (replayed in
+        order on recovery): ``spool_path``, else ``data_dir/spool.jsonl``."""
         return self.spool_path if self.spool_path is not None else self.data_dir / "spool.jsonl"
 
     @property
@@ -66,6 +193,217 @@ class Settings(BaseSettings):
         return self.data_dir / "api-token"
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Settings from all sources; ``overrides`` (command-line values) win when not ``None``."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+class _GivenOnly(Settings):
+    """``Settings`` from the values passed only: no environment, no config file."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        **_: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingSpec:
+    """One setting's declaration as plain data, read from its ``Settings`` field.
+
+    ``kind``: ``int``, ``bool``, ``str`` or ``Path``; ``optional``: ``None`` allowed (unset),
+    which a mitmproxy option spells ``""``; ``ge``/``le``: the inclusive range of an ``int``;
+    ``nonempty``: a string that must not be empty."""
+
+    name: str
+    kind: type
+    optional: bool
+    default: Any
+    ge: int | None
+    le: int | None
+    nonempty: bool
+    help: str
+    unit: str
+    proxy: bool
+    secret: bool
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def option(self) -> str:
+        return OPTION_PREFIX + self.name
+
+    @property
+    def flag(self) -> str | None:
+        """The ``observer run`` flag (``None`` for a secret)."""
+        return None if self.secret else "--" + self.name.replace("_", "-")
+
+    @property
+    def option_type(self) -> type:
+        """The mitmproxy option's type (paths and URLs are strings)."""
+        return self.kind if self.kind in (int, bool) else str
+
+    def to_option(self, value: Any) -> Any:
+        """``value`` as the mitmproxy option holds it (unset: ``""``)."""
+        return "" if value is None else str(value) if self.option_type is str else value
+
+    def from_option(self, value: Any) -> Any:
+        """The mitmproxy option's ``value`` as a setting's input (``""`` of an optional one: unset)."""
+        return None if self.optional and value == "" else value
+
+    def default_text(self) -> str:
+        """The default as a user writes it: ``true``, ``1048576``, ``unset``."""
+        if self.default is None:
+            return "unset"
+        return str(self.default).lower() if self.kind is bool else str(self.default)
+
+    def range_text(self) -> str:
+        """The allowed values: ``1-4096``, ``>= 1``, ``true, false`` or ``""`` (any)."""
+        if self.kind is bool:
+            return "true, false"
+        if self.ge is not None and self.le is not None:
+            return f"{self.ge}-{self.le}"
+        return f">= {self.ge}" if self.ge is not None else ""
+
+    def expected(self) -> str:
+        """What a bad value should have been, for error messages (``1-4096 (MiB)``)."""
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is int and self.ge is not None and self.le is not None:
+            return f"{self.ge}-{self.le} ({self.unit})"
+        if self.kind is int:
+            return f"an integer{'' if self.ge is None else f' >= {self.ge}'} ({self.unit})"
+        return f"a non-empty {self.unit}" if self.nonempty else f"a value ({self.unit})"
+
+
+def _spec(name: str, field: Any) -> SettingSpec:
+    extra = field.json_schema_extra or {}
+    members = getattr(field.annotation, "__args__", (field.annotation,))  # ``Path | None``: (Path, NoneType)
+    kinds = [a for a in members if a is not type(None)]
+    bounds = {k: getattr(m, k) for m in field.metadata for k in ("ge", "le", "min_length") if hasattr(m, k)}
+    return SettingSpec(
+        name=name, kind=kinds[0], optional=len(kinds) < len(members), default=field.default,
+        ge=bounds.get("ge"), le=bounds.get("le"), nonempty=bool(bounds.get("min_length")),
+        help=field.description or "", unit=extra.get("unit", ""), proxy=bool(extra.get("proxy")),
+        secret=bool(extra.get("secret")),
+    )  # fmt: skip
+
+
+SPECS: dict[str, SettingSpec] = {name: _spec(name, f) for name, f in Settings.model_fields.items()}
+PROXY_SPECS: tuple[SettingSpec, ...] = tuple(s for s in SPECS.values() if s.proxy)
+
+
+class OptionLoader(Protocol):
+    def add_option(self, name: str, typespec: type, default: Any, help: str) -> None: ...
+
+
+def add_options(loader: OptionLoader) -> None:
+    """Declares the mitmproxy option ``observer_<name>`` of every proxy setting (type, default
+    and help from the declaration), and the old option names (``OLD_OPTIONS``)."""
+    for spec in PROXY_SPECS:
+        range_text = f" [{spec.range_text()}]" if spec.range_text() and spec.kind is not bool else ""
+        loader.add_option(spec.option, spec.option_type, spec.to_option(spec.default), f"{spec.help}{range_text}")
+    for old, name in OLD_OPTIONS.items():
+        spec = SPECS[name]
+        loader.add_option(old, spec.option_type, spec.to_option(spec.default), f"Old name of {spec.option}.")
+
+
+def option_setting(option: str) -> str | None:
+    """The setting a mitmproxy option name (``observer_<name>``, or an old name) sets, else ``None``."""
+    name = OLD_OPTIONS.get(option) or option.removeprefix(OPTION_PREFIX)
+    return name if option.startswith(OPTION_PREFIX) and name in SPECS and SPECS[name].proxy else None
+
+
+def settings_from_options(options: Any) -> Settings:
+    """The proxy settings from mitmproxy's options (``ctx.options``: attributes ``observer_<name>``),
+    validated; never from the environment or ``observer.toml`` (a stock mitmdump is configured
+    by ``--set`` alone). The others keep their defaults.
+
+    Raises ``ConfigError`` naming the option and its allowed range on a bad value."""
+    values = {spec.name: spec.from_option(getattr(options, spec.option)) for spec in PROXY_SPECS}
+    where = {spec.name: spec.option for spec in PROXY_SPECS}
+    for old, name in OLD_OPTIONS.items():
+        spec, value = SPECS[name], getattr(options, old, "")
+        if value != spec.to_option(spec.default):
+            if getattr(options, spec.option) not in (value, spec.to_option(spec.default)):
+                raise ConfigError(f"{old} and {spec.option} name one setting: set {spec.option} only")
+            values[name], where[name] = spec.from_option(value), old
+    try:
+        return Settings.model_construct(**_GivenOnly(**values).model_dump())
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, lambda name: where.get(name, name))) from None
+
+
+def proxy_option_values(settings: Settings) -> dict[str, object]:
+    """``{"observer_<name>": value}`` of every proxy setting, as the mitmproxy options hold them."""
+    return {spec.option: spec.to_option(getattr(settings, spec.name)) for spec in PROXY_SPECS}
+
+
+def config_file() -> Path:
+    """The TOML file settings are read from: ``OBSERVER_CONFIG``, else ``observer.toml``."""
+    return Path(os.environ.get(CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE))
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Raises ``ConfigError`` naming each ``OBSERVER_*`` variable that is not a setting (a typo
+    such as ``OBSERVER_MAX_EVENT_BYTE`` would otherwise leave the default in force unnoticed),
+    with the nearest setting's variable. ``OBSERVER_CONFIG`` and ``OBSERVER_TEST_*`` are allowed."""
+    known = [spec.env for spec in SPECS.values()]
+    unknown = [
+        k for k in environ
+        if k.upper().startswith(ENV_PREFIX) and k.upper() not in (*known, *NOT_SETTINGS_ENV)
+        and not k.upper().startswith(RESERVED_ENV_PREFIX)
+    ]  # fmt: skip
+    if unknown:
+        raise ConfigError("; ".join(f"{k} is not a setting{did_you_mean(k.upper(), known)}" for k in sorted(unknown)))
+
+
+def load_settings(given_as: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Settings from all sources: ``overrides`` (command-line values; ``None``: not given) >
+    ``OBSERVER_<NAME>`` > ``observer.toml`` > defaults. ``given_as``: how an override was
+    spelled (default its flag), for messages.
+
+    Raises ``ConfigError`` with one line naming each bad value as it was given (flag, variable
+    or file key) and what it must be, an unknown ``OBSERVER_*`` variable or file key, or an
+    unreadable config file."""
+    check_environment(os.environ)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, lambda name: _source(name, given, given_as or {}))) from None
+    except (tomllib.TOMLDecodeError, SettingsError) as exc:
+        raise ConfigError(f"cannot read the config file {config_file()}: {exc}") from None
+
+
+def _source(name: str, given: Mapping[str, object], given_as: Mapping[str, str]) -> str:
+    """How the value of setting ``name`` reached ``Settings``: flag, variable or file key."""
+    spec = SPECS.get(name)
+    if spec is None:
+        return f"{name} in {config_file()}"
+    if name in given:
+        return given_as.get(name) or spec.flag or name
+    if any(k.upper() == spec.env for k in os.environ):
+        return spec.env
+    return f"{name} in {config_file()}"
+
+
+def _explain(exc: ValidationError, where: Callable[[str], str]) -> str:
+    """One line for a ``ValidationError``: ``<where> must be <expected>, got <value>`` per field."""
+    problems = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else "settings"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"{where(name)} is not a setting{did_you_mean(name, list(SPECS))}")
+        elif name in SPECS:
+            problems.append(f"{where(name)} must be {SPECS[name].expected()}, got {err['input']!r}")
+        else:
+            problems.append(f"{where(name)}: {err['msg']}")
+    return "; ".join(problems)
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """`` (did you mean X?)`` for the choice nearest ``word``, or ``""``."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Caps that keep one observed flow's memory bounded; each overflow is a recorded violation.
+
+    Each field is the setting of the same name in ``observer.config.Settings`` (units, ranges,
+    help; ``Settings.limits`` builds this), whose defaults a test checks equal to these.
 
     - ``max_event_bytes``: one SSE event (``oversize_event``).
     - ``max_stream_text_chars``: generated text + tool arguments kept per stream (``oversize_stream``).
@@ -26,22 +29,16 @@ class Limits:
       ``MAX_DETAIL_CHARS`` (counts alone do not bound memory: 1000 tool calls with 1 MB names did).
     """
 
-    max_event_bytes: int = field(default=1 << 20, metadata={"help": "Cap of one SSE event (bytes)."})
-    max_stream_text_chars: int = field(default=8 << 20, metadata={"help": "Text kept per stream (chars)."})
-    max_request_bytes: int = field(default=16 << 20, metadata={"help": "Request body parsed for the record (bytes)."})
-    max_body_bytes: int = field(default=64 << 10, metadata={"help": "Error/non-SSE body kept verbatim (bytes)."})
-    max_json_body_bytes: int = field(
-        default=16 << 20, metadata={"help": "Non-streaming JSON answer parsed for the record (bytes)."}
-    )
-    max_stream_events: int = field(
-        default=500_000, metadata={"help": "Messages parsed per stream before observation stops (count)."}
-    )
-    max_violations: int = field(default=1000, metadata={"help": "Violations kept per record (count)."})
-    max_tool_calls: int = field(default=1000, metadata={"help": "Tool calls kept per record (count)."})
-    max_blocks: int = field(default=1000, metadata={"help": "Content blocks kept per record (count)."})
-    max_decode_ratio: int = field(
-        default=200, metadata={"help": "Decoded bytes per Content-Encoded byte before decoding stops (ratio)."}
-    )
+    max_event_bytes: int = 1 << 20
+    max_stream_text_chars: int = 8 << 20
+    max_request_bytes: int = 16 << 20
+    max_body_bytes: int = 64 << 10
+    max_json_body_bytes: int = 16 << 20
+    max_stream_events: int = 500_000
+    max_violations: int = 1000
+    max_tool_calls: int = 1000
+    max_blocks: int = 1000
+    max_decode_ratio: int = 200
 
 
 DEFAULT_LIMITS = Limits()

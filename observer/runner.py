@@ -16,10 +16,14 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from observer.config import Settings
+from observer.config import SPECS, Settings, proxy_option_values
 from observer.errors import ConfigError
 from observer.lifetime import die_with_parent
+
+if TYPE_CHECKING:
+    from mitmproxy.tools.dump import DumpMaster
 
 log = logging.getLogger("observer.run")
 API_CHECK_INTERVAL_S = 0.5
@@ -67,6 +71,36 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) 
             proc.wait(timeout=timeout_s)
 
 
+def embedded_proxy_options(settings: Settings) -> dict[str, object]:
+    """The observer's mitmproxy options on ``observer run``'s proxy: every proxy setting, with the
+    spool resolved into the data folder (``Settings.spool_file``) and no migration (``run``
+    migrated the store before starting, so that its errors are one line)."""
+    return proxy_option_values(settings) | {
+        SPECS["migrate"].option: False,
+        SPECS["spool_path"].option: str(settings.spool_file),
+    }
+
+
+def proxy_master(settings: Settings, mitm_sets: list[str]) -> DumpMaster:
+    """The embedded mitmproxy with the audit addon and every option applied (needs a running
+    event loop). ``mitm_sets``: plain mitmproxy options as ``name=value``; a malformed one raises
+    ``mitmproxy.exceptions.OptionsError``."""
+    from mitmproxy import options
+    from mitmproxy.tools.dump import DumpMaster
+
+    from observer.capture.hooks import LLMAudit
+
+    confdir = settings.mitmproxy_confdir
+    confdir.mkdir(parents=True, exist_ok=True)
+    opts = options.Options(listen_host=settings.proxy_host, listen_port=settings.proxy_port, confdir=str(confdir))
+    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+    master.addons.add(LLMAudit())
+    opts.update(**embedded_proxy_options(settings))
+    if mitm_sets:
+        opts.set(*mitm_sets)
+    return master
+
+
 async def run_proxy(
     settings: Settings, mitm_sets: list[str], start_api: Callable[[], subprocess.Popen | None] | None = None
 ) -> int:
@@ -76,19 +110,7 @@ async def run_proxy(
     ``start_api`` is called (so nothing is started and no banner is printed for a bad
     ``--set``: trial finding). ``start_api`` starts the query API and returns its process, which
     is watched; the caller stops it."""
-    from mitmproxy import options
-    from mitmproxy.tools.dump import DumpMaster
-
-    from observer.capture import LLMAudit
-
-    confdir = settings.mitmproxy_confdir
-    confdir.mkdir(parents=True, exist_ok=True)
-    opts = options.Options(listen_host=settings.proxy_host, listen_port=settings.proxy_port, confdir=str(confdir))
-    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
-    master.addons.add(LLMAudit())
-    opts.update(observer_db=settings.db, observer_migrate=False, observer_spool=str(settings.spool_file))
-    if mitm_sets:
-        opts.set(*mitm_sets)
+    master = proxy_master(settings, mitm_sets)
     api = start_api() if start_api is not None else None
     exit_code = 0
 

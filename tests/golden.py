@@ -92,7 +92,7 @@ def drive(addon: Any, case: Case, scenario: str) -> None:
 
 def records(worker: bool) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every (dialect, case, scenario)'s stable record, in the given mode."""
-    from observer.capture import LLMAudit
+    from observer.capture.hooks import LLMAudit
 
     async def run() -> dict[tuple[str, str, str], dict[str, Any]]:
         got: list[Any] = []

@@ -21,8 +21,6 @@ import asyncio
 import gc
 import logging
 import time
-from dataclasses import fields
-from pathlib import Path
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
@@ -32,9 +30,10 @@ from observer.capture.batcher import TapBatcher
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
 from observer.capture.tap import StreamTap
+from observer.config import Settings, add_options, settings_from_options
 from observer.dialects.base import RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
-from observer.limits import Limits
+from observer.errors import ConfigError
 from observer.reassembly import EndCause
 from observer.records import Violation, ViolationKind
 from observer.response import ResponseSpec, StreamEnd
@@ -43,7 +42,6 @@ log = logging.getLogger("observer.addon")
 
 METADATA_KEY = "llm_audit"
 FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
-MAX_WORKER_BUFFER_MB = 4096  # upper bound of observer_worker_buffer_mb: the queue is held in the proxy's memory
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -57,14 +55,15 @@ class LLMAudit:
     """The addon. ``sink`` receives each finished record and returns False when it had to drop
     it; by default (``sink=None``) a ``RecordWriter`` on ``observer_db`` is started in
     ``running`` and closed in ``done``. ``registry``: the dialect registry factory
-    (``"package.module:function"``, ``observer.dialects.registry.load_registry``), which the
-    worker process builds too; a ``DialectRegistry`` object is used as it is, in-process only
-    (a worker cannot rebuild it). ``worker``: parse in a worker process (``None``: the
+    (``"package.module:function"``, ``observer.dialects.registry.load_registry``; default: the
+    ``observer_dialect_registry`` option), which the worker process builds too; a
+    ``DialectRegistry`` object is used as it is, in-process only (a worker cannot rebuild it). ``worker``: parse in a worker process (``None``: the
     ``observer_worker`` option decides)."""
 
     def __init__(
         self, sink: Sink | None = None, registry: DialectRegistry | str | None = None, worker: bool | None = None
     ) -> None:
+        self._registry_given = registry is not None  # else the observer_dialect_registry option decides
         if isinstance(registry, DialectRegistry):
             self._registry_factory: str | None = None
             self._registry = registry
@@ -74,7 +73,8 @@ class LLMAudit:
         self._flows = FlowTable(sink=sink)
         self._custom_sink = sink is not None
         self._writer = None
-        self._limits = Limits()
+        self._settings = Settings.model_construct()  # the defaults until ``configure``
+        self._limits = self._settings.limits
         self._batcher = TapBatcher(_running_loop)
         self._use_worker = worker  # None: the observer_worker option decides
         self._backend: InProcessBackend | FailoverBackend = InProcessBackend(self._registry, self._flows.on_facts)
@@ -104,43 +104,7 @@ class LLMAudit:
 
     # ----- options -----
     def load(self, loader) -> None:
-        loader.add_option("observer_db", str, "sqlite:///observer.db", "SQLAlchemy URL of the audit store.")
-        loader.add_option(
-            "observer_spool", str, "", "File that keeps records while the database is unreachable (empty: none)."
-        )
-        loader.add_option("observer_migrate", bool, True, "Run the store's migrations at start-up.")
-        loader.add_option(
-            "observer_gc_freeze",
-            bool,
-            True,
-            "At start-up, move every object alive (modules, mitmproxy, SQLAlchemy) out of the garbage"
-            " collector's reach (gc.freeze), so full collections stop scanning them.",
-        )
-        loader.add_option("observer_queue_max", int, 10000, "Records waiting for the writer before new ones drop.")
-        loader.add_option(
-            "observer_worker", bool, True,
-            "Parse streams in a worker process (python -m observer.capture.worker), off the proxy's thread;"
-            " false: in the proxy process.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_worker_nice", int, 0,
-            "Added to the worker process's scheduling niceness (0-19): higher lets the proxy's forwarding go first.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_worker_buffer_mb", int, 64,
-            "Most stream data waiting for the worker, in MiB (1-4096); a flow that would pass it is no longer"
-            " observed.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_tap_batch_ms", int, 50,
-            "Streamed chunks are parsed in batches this often, in ms (0: inline, per chunk). Never delays the client.",
-        )  # fmt: skip
-        loader.add_option(
-            "observer_tap_slice_us", int, 500,
-            "Most parsing one batch callback does before letting the proxy's I/O run, in µs (0: no limit).",
-        )  # fmt: skip
-        for f in fields(Limits):
-            loader.add_option(f"observer_{f.name}", int, f.default, f.metadata["help"])
+        add_options(loader)  # every proxy setting of observer.config as observer_<name>
         self._apply_deferred_options()
 
     def _apply_deferred_options(self) -> None:
@@ -160,36 +124,23 @@ class LLMAudit:
             log.error("observer: %s; not recording", exc)
 
     def configure(self, updated: set[str]) -> None:
-        names = [f.name for f in fields(Limits)]
-        if "observer_queue_max" in updated or any(f"observer_{n}" in updated for n in names):
-            values = {n: getattr(ctx.options, f"observer_{n}") for n in [*names, "queue_max"]}
-            for n, v in values.items():
-                if v <= 0:
-                    raise exceptions.OptionsError(f"observer_{n} must be a positive integer, got {v}")
-            values.pop("queue_max")
-            self._limits = Limits(**values)
-        if "observer_tap_batch_ms" in updated:
-            ms = ctx.options.observer_tap_batch_ms
-            if ms < 0:
-                raise exceptions.OptionsError(f"observer_tap_batch_ms must be >= 0, got {ms}")
-            self._batcher.interval_s = ms / 1000.0
-        if "observer_tap_slice_us" in updated:
-            us = ctx.options.observer_tap_slice_us
-            if us < 0:
-                raise exceptions.OptionsError(f"observer_tap_slice_us must be >= 0, got {us}")
-            self._batcher.slice_s = us / 1e6
-        if "observer_worker_nice" in updated and not 0 <= ctx.options.observer_worker_nice <= 19:
-            raise exceptions.OptionsError(
-                f"observer_worker_nice must be 0-19, got {ctx.options.observer_worker_nice}"
-            )
-        buffer_mb = ctx.options.observer_worker_buffer_mb
-        if "observer_worker_buffer_mb" in updated and not 0 < buffer_mb <= MAX_WORKER_BUFFER_MB:
-            raise exceptions.OptionsError(
-                f"observer_worker_buffer_mb must be 1-{MAX_WORKER_BUFFER_MB} (MiB held in the proxy's memory while the "
-                f"worker is behind), got {buffer_mb}"
-            )  # fmt: skip
-        if "observer_db" in updated and not ctx.options.observer_db.strip():
-            raise exceptions.OptionsError("observer_db must be a SQLAlchemy URL")
+        """Applies changed ``observer_*`` options (``observer.config.settings_from_options``);
+        raises ``OptionsError`` naming a bad one and its range."""
+        if not any(name.startswith("observer_") for name in updated):
+            return
+        try:
+            settings = settings_from_options(ctx.options)
+            if not self._registry_given and settings.dialect_registry != self._registry_factory:
+                self._registry = load_registry(settings.dialect_registry)
+                self._registry_factory = settings.dialect_registry
+        except ConfigError as exc:
+            raise exceptions.OptionsError(str(exc)) from exc
+        except (ImportError, AttributeError, ValueError, TypeError) as exc:
+            raise exceptions.OptionsError(f"observer_dialect_registry: {type(exc).__name__}: {exc}") from exc
+        self._settings = settings
+        self._limits = settings.limits
+        self._batcher.interval_s = settings.tap_batch_ms / 1000.0
+        self._batcher.slice_s = settings.tap_slice_us / 1e6
 
     # ----- life cycle -----
     def running(self) -> None:
@@ -199,7 +150,7 @@ class LLMAudit:
             return
         if not self._custom_sink and self._writer is None:
             self._start_writer()
-            if ctx.options.observer_gc_freeze:
+            if self._settings.gc_freeze:
                 _freeze_startup_heap()
         self._start_worker()
 
@@ -208,13 +159,11 @@ class LLMAudit:
         from observer.store.store import AuditStore
         from observer.store.writer import RecordWriter
 
-        url = ctx.options.observer_db
-        if ctx.options.observer_migrate:
+        settings = self._settings
+        url = settings.db
+        if settings.migrate:
             upgrade(url)
-        spool = ctx.options.observer_spool
-        self._writer = RecordWriter(
-            AuditStore(url), queue_max=ctx.options.observer_queue_max, spool_path=Path(spool) if spool else None
-        )
+        self._writer = RecordWriter(AuditStore(url), queue_max=settings.queue_max, spool_path=settings.spool_path)
         self._writer.start()
         self._flows.set_sink(self._writer.submit)
         log.info("observer: recording LLM exchanges to %s", _safe_url(url))
@@ -223,7 +172,8 @@ class LLMAudit:
         """Parses in a worker process when wanted (``worker`` argument, else the
         ``observer_worker`` option) and possible (a running loop, a registry the worker can
         build from its factory name); otherwise in-process."""
-        want = self._use_worker if self._use_worker is not None else getattr(ctx.options, "observer_worker", False)
+        settings = self._settings
+        want = self._use_worker if self._use_worker is not None else settings.worker
         if not want or isinstance(self._backend, FailoverBackend):
             return
         if self._registry_factory is None:
@@ -235,8 +185,8 @@ class LLMAudit:
             return
         backend = FailoverBackend(
             self._registry, self._registry_factory, self._flows.on_facts,
-            buffer_bytes=getattr(ctx.options, "observer_worker_buffer_mb", 64) << 20,
-            nice=getattr(ctx.options, "observer_worker_nice", 0), restart_after_s=self.worker_restart_after_s,
+            buffer_bytes=settings.worker_buffer_mb << 20, nice=settings.worker_nice,
+            restart_after_s=self.worker_restart_after_s,
         )  # fmt: skip
         if backend.start(loop):
             self._backend = self._flows.backend = backend

@@ -417,7 +417,7 @@ def test_addon_records_an_ai_sdk_app_on_api_chat_as_vercel_ui():
     from mitmproxy import http
     from mitmproxy.test import taddons, tflow
 
-    from observer.capture import LLMAudit
+    from observer.capture.hooks import LLMAudit
 
     records = []
     addon = LLMAudit(sink=lambda r: records.append(r) or True)

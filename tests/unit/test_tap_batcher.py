@@ -391,7 +391,7 @@ def test_addon_finishes_a_flow_in_the_middle_of_a_sliced_sweep_and_at_shutdown()
     the whole stream, and no batcher callback is left."""
     from mitmproxy.test import taddons
 
-    from observer.capture import LLMAudit
+    from observer.capture.hooks import LLMAudit
     from tests.unit.test_addon import BODY, Sink, llm_flow, open_stream
 
     ticks = itertools.count()
@@ -433,7 +433,7 @@ def test_slice_option_is_wired_and_checked():
     from mitmproxy import exceptions
     from mitmproxy.test import taddons
 
-    from observer.capture import LLMAudit
+    from observer.capture.hooks import LLMAudit
 
     addon = LLMAudit(sink=lambda r: True)
     with taddons.context(addon) as tctx:

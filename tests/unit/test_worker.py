@@ -463,6 +463,9 @@ def test_a_worker_dies_with_its_proxy_even_when_stopped():
     proxy = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
     try:
         worker = int(proxy.stdout.readline())  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10  # SIGSTOP takes effect asynchronously (seen as "R" on a busy machine)
+        while _state(worker) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert _state(worker) == "T"
         proxy.kill()
         proxy.wait(5)
