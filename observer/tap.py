@@ -414,8 +414,8 @@ class StreamObserver:
         NDJSON; undecoded data ``raw``; ``size`` wire bytes) while the framer holds nothing.
         Does what the framer and ``_sink`` would do with it and returns True; returns False
         (nothing done) when the framer must see it (data not JSON, event type not UTF-8).
-        It repeats ``_sink``'s count-and-fast-lane steps on purpose: delegating to ``_sink``
-        measured ~5 % slower per event (bench/core.py, anthropic tokens/event 2.57 -> 2.69 µs)."""
+        It repeats ``_sink``'s count-and-fast-lane steps on purpose (measured:
+        docs/performance.md, "The one-message lane")."""
         try:
             obj = _loads(raw)
         except _JSONDecodeError:
@@ -459,8 +459,8 @@ class StreamObserver:
 
         Why runs: consecutive hits on one block differ only in their text (the only time ever
         read is the first text's, taken here), so ``Reassembler.texts``/``fragments`` apply them
-        in one call with the same result as one ``text``/``fragment`` call each: ~0.15 µs less
-        per token (bench/core.py)."""
+        in one call with the same result as one ``text``/``fragment`` call each (cheaper per
+        token: docs/performance.md, "The one-message lane")."""
         if self._run:
             self._flush()
         r = self._reassembler

@@ -618,3 +618,31 @@ def test_a_write_to_a_dead_worker_reports_its_exit_status():
         link.close(timeout_s=1.0)
 
     asyncio.run(run())
+
+
+def test_a_custom_registry_is_parsed_by_the_worker_too():
+    """A registry named by its factory reaches the worker (it was in-process only before): the
+    addon recognises an OpenAI chat request with it and the worker parses the stream."""
+    chunk = (b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+             b'"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n')  # fmt: skip
+
+    async def run() -> list:
+        sink = Sink()
+        addon = LLMAudit(sink=sink, registry="tests.unit.test_capture:only_openai_chat", worker=True)
+        with taddons.context(addon):
+            addon.running()
+            try:
+                f = llm_flow("application/json")
+                f.request.path = "/v1/chat/completions"
+                f.request.content = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+                tap = open_stream(addon, f)
+                assert in_worker(addon, f)
+                tap(chunk)
+                addon.response(f)
+                await until(lambda: sink.records)
+            finally:
+                addon.done()
+        return sink.records
+
+    (rec,) = asyncio.run(run())
+    assert (rec.dialect, rec.text, rec.outcome) == ("openai.chat", "hi", "completed")
