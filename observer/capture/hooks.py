@@ -31,11 +31,11 @@ from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
 from observer.capture.tap import StreamTap
 from observer.config import Settings, add_options, settings_from_options
-from observer.dialects.base import RequestView
+from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
 from observer.reassembly import EndCause
-from observer.records import Violation, ViolationKind
+from observer.records import Exchange, Violation, ViolationKind
 from observer.response import ResponseSpec, StreamEnd
 
 log = logging.getLogger("observer.addon")
@@ -411,7 +411,7 @@ def end_cause_from_error(message: str, *, client_closed: bool = False, server_cl
     return EndCause.UPSTREAM_FAILED
 
 
-def _skeleton(flow: http.HTTPFlow, dialect) -> object:
+def _skeleton(flow: http.HTTPFlow, dialect: Dialect) -> Exchange:
     req = flow.request
     return skeleton(dialect, scheme=req.scheme, host=req.host, port=req.port, path=req.path, method=req.method,
                     http_version=req.http_version, started_at_s=req.timestamp_start or time.time())  # fmt: skip
