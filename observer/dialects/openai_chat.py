@@ -207,14 +207,6 @@ class OpenAIChatAdapter(AdapterBase):
         if obj.__class__ is not dict:
             return [Violation(V.INVALID_EVENT, None, "chat completion chunk: data is not a JSON object")]
         whole = isinstance(message, JSONFrame)
-        if not whole:
-            hit = self.fast(b"", obj)
-            if hit is not None:
-                if not hit:
-                    return []
-                if len(hit) == 3:
-                    return [ContentDelta(None, hit[0], hit[2], hit[1])]
-                return [ToolCallDelta(*hit)]
         out: list[CanonicalEvent | Violation] = []
         self._identity(obj, out)
         if "error" in obj and obj["error"] is not None:
