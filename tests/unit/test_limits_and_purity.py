@@ -255,16 +255,6 @@ def test_long_names_and_details_are_clipped():
     assert len(v["detail"]) <= 512 + len("…[99999999 chars cut]")
 
 
-def test_one_char_deltas_are_coalesced():
-    """Trial finding: 8M one-character deltas held ~58 B per character; pieces are joined."""
-    from observer.reassembly import _append, _Parts
-
-    parts = _Parts()
-    for _ in range(10_000):
-        _append(parts, "x")
-    assert len(parts) < 256 and "".join(parts) == "x" * 10_000
-
-
 def test_event_cap_stops_observation():
     body = START + b"".join(delta(i, "x") for i in range(1, 30)) + END
     rec = observe("llm-stream-1.0", REQ, [body], limits=Limits(max_stream_events=10))
