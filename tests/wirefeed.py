@@ -235,5 +235,5 @@ def feed_each_way(new_decoder: Callable[[], Decoder], data: bytes, points: Itera
     whole = feed(new_decoder(), [data], close=close)
     assert feed(new_decoder(), bytewise(data), close=close) == whole, "one byte at a time differs from whole"
     chunks = split_at(data, points)
-    assert feed(new_decoder(), chunks, close=close) == whole, f"split into {[len(c) for c in chunks]} differs from whole"
+    assert feed(new_decoder(), chunks, close=close) == whole, f"cut into {[len(c) for c in chunks]} differs from whole"
     return whole

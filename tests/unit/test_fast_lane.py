@@ -21,7 +21,7 @@ from observer.dialects.base import RequestView
 from observer.dialects.registry import default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
-from tests.wirefeed import bytewise, cases, dialect_dirs, load, observe, split_at
+from tests.wirefeed import bytewise, cases, dialect_dirs, feed, feed_each_way, load, observe, split_at
 
 
 def _observe(case_like: dict[str, Any], chunks: list[bytes], *, general: bool, limits: Limits) -> dict[str, Any]:
@@ -417,18 +417,9 @@ def test_sse_shortcuts_are_chunking_independent(lines, eols, points, limit, bom)
 
     body = (b"\xef\xbb\xbf" if bom else b"") + b"".join(line + eol for line, eol in zip(lines, eols, strict=False))
 
-    def decode(chunks: list[bytes]) -> list[Any]:
-        dec = SSEDecoder(max_event_bytes=limit)
-        out: list[Any] = []
-        for chunk in chunks:
-            out += dec.feed(chunk)
-        return out + dec.close()
-
-    expected = decode([body[i : i + 1] for i in range(len(body))])
-    assert decode([body]) == expected
-    assert decode(split_at(body, points)) == expected
+    expected = feed_each_way(lambda: SSEDecoder(max_event_bytes=limit), body, points)
     for cut in range(1, len(body)):  # every two-chunk split: each shortcut meets every boundary
-        assert decode([body[:cut], body[cut:]]) == expected, cut
+        assert feed(SSEDecoder(max_event_bytes=limit), [body[:cut], body[cut:]]) == expected, cut
 
 
 # -- Gemini streamed function-call arguments (GeminiAdapter._fast_call) --------------------------
