@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 CLIENTS_STAMP := $(VENV)/.clients-installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: install run test bench bench-smoke demo clean
+.PHONY: install run test lint bench bench-smoke demo clean
 
 install: $(STAMP) $(CLIENTS_STAMP)
 
@@ -39,6 +39,11 @@ run: $(STAMP)
 
 test: install $(BENCH_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff (configured in pyproject.toml). `ruff format --check .` joins `ruff check` here once the
+# tree has been formatted (one commit of `ruff format .` after the parallel branches merge).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 # The benchmarks' own tools (httpx-sse: the core-throughput baseline; py-spy and pyinstrument:
 # profiling), constrained by requirements.lock like the clients.

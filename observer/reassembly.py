@@ -33,7 +33,17 @@ from observer.events import (
     UsageEvent,
 )
 from observer.limits import DEFAULT_LIMITS, MAX_DETAIL_CHARS, MAX_MESSAGE_CHARS, MAX_NAME_CHARS, Limits, clip
-from observer.records import Block, ErrorInfo, Exchange, Outcome, RequestFacts, ToolCall, Usage, Violation, ViolationKind
+from observer.records import (
+    Block,
+    ErrorInfo,
+    Exchange,
+    Outcome,
+    RequestFacts,
+    ToolCall,
+    Usage,
+    Violation,
+    ViolationKind,
+)
 
 
 class EndCause(enum.StrEnum):

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from observer.dialects.base import Dialect, RequestView, StreamAdapter
 from observer.dialects.registry import default_registry
-from observer.limits import Limits
+from observer.limits import DEFAULT_LIMITS, Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange, RequestFacts
 from observer.tap import StreamObserver
@@ -98,7 +98,7 @@ def view_of(case: Case) -> RequestView:
     return RequestView("POST", "127.0.0.1", case.path, headers)
 
 
-def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = Limits()) -> dict[str, Any]:
+def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Feeds ``chunks`` as the response of ``case`` and returns the record dict."""
     return observe(
         case.dialect, case.request, chunks, status=case.status, content_type=case.content_type,
@@ -116,7 +116,7 @@ def observe(
     content_type: str = "text/event-stream",
     content_encoding: str | None = None,
     end: EndCause = EndCause.EOF,
-    limits: Limits = Limits(),
+    limits: Limits = DEFAULT_LIMITS,
     path: str = "/v1/stream",
     request_headers: dict[str, str] | None = None,
     general: bool = False,

@@ -3,7 +3,6 @@ default), every setting documented, the generated API token kept and shown once.
 
 from __future__ import annotations
 
-
 import pytest
 from sqlalchemy import create_engine, inspect
 from typer.testing import CliRunner

@@ -13,7 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer.dialects.registry import default_registry
-from tests.wirefeed import CUT_POINTS, assert_matches, bytewise, cases, dialect_dirs, load, observe_case, split_at, view_of
+from tests.wirefeed import (
+    CUT_POINTS,
+    assert_matches,
+    bytewise,
+    cases,
+    dialect_dirs,
+    load,
+    observe_case,
+    split_at,
+    view_of,
+)
 
 CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
 IDS = [f"{d}/{c}" for d, c in CASES]
