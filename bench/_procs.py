@@ -217,7 +217,7 @@ class SSEResult:
 
     def latencies_ms(self) -> list[float]:
         """arrival - x-bench:sent of every stamped event, in milliseconds."""
-        return [(a - s) * 1000.0 for s, a in zip(self.sent, self.arrived) if s is not None]
+        return [(a - s) * 1000.0 for s, a in zip(self.sent, self.arrived, strict=True) if s is not None]
 
     def latency_of(self, event_type: bytes, last: bool = True) -> float | None:
         """Latency (ms) of the last (or first) stamped event of ``event_type``; ``None`` if absent."""

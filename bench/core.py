@@ -46,9 +46,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import Report  # noqa: E402
 from httpx_sse._decoders import SSEDecoder as HxSSEDecoder  # noqa: E402
 from httpx_sse._decoders import SSELineDecoder  # noqa: E402
+
+from bench._common import Report  # noqa: E402
 from observer.dialects.base import RequestView  # noqa: E402
 from observer.dialects.registry import default_registry  # noqa: E402
 from observer.limits import Limits  # noqa: E402

@@ -152,7 +152,7 @@ async def one_run(target: Any, pid: int | None, transport: str, args: argparse.N
     for i, r in enumerate(results):
         res.events += r.events
         res.latencies_ms.extend(r.latencies_ms())
-        res.steady_ms.extend((a - s) * 1000.0 for s, a in zip(r.sent, r.arrived) if s is not None and s >= steady_from)
+        res.steady_ms.extend((a - s) * 1000.0 for s, a in zip(r.sent, r.arrived, strict=True) if s is not None and s >= steady_from)
         if r.error or r.events != args.events + 4:
             res.errors.append(f"stream {i}: {r.error or ''} events={r.events}/{args.events + 4}")
     res.run_p99_ms.append(pct(res.latencies_ms, 0.99))

@@ -288,7 +288,7 @@ async def measure(ports: list[int], pids: list[int], upstream_port: int, args: a
         await asyncio.gather(*tasks, return_exceptions=True)
     dt = t1 - t0
     return {"events_per_s": (ev1 - ev0) / dt, "window_s": dt, "events": ev1 - ev0,
-            "proxy_cpu_pct": [round((b - a) / dt * 100, 1) for a, b in zip(cpu0, cpu1)],
+            "proxy_cpu_pct": [round((b - a) / dt * 100, 1) for a, b in zip(cpu0, cpu1, strict=True)],
             "client_cpu_pct": round((me1 - me0) / dt * 100, 1),
             "upstream_cpu_pct": round((up1 - up0) / dt * 100, 1),
             "started": live.started, "headers": live.headers, "completed": live.completed, "failed": live.failed, "aborted": live.aborted,

@@ -29,8 +29,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from observer.errors import ConfigError
 from observer.dialects.registry import DEFAULT_REGISTRY
+from observer.errors import ConfigError
 from observer.limits import Limits
 
 DEFAULT_DB = "sqlite:///observer.db"

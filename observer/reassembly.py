@@ -179,8 +179,6 @@ class Reassembler:
                 self._stop_reason_raw = clip(ev.stop_reason_raw, MAX_NAME_CHARS)
             case ToolCallEvent():
                 self._on_tool_call(ev)
-            case ToolCallDelta():
-                self._on_tool_fragment(ev.seq, ev.key, ev.index, ev.id, ev.name, ev.arguments)
             case StopEvent():
                 self._stop_reason = clip(ev.stop_reason, MAX_NAME_CHARS)
                 self._stop_reason_raw = clip(ev.stop_reason_raw, MAX_NAME_CHARS)

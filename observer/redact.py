@@ -288,8 +288,8 @@ def _redact_pairs(query: str, removed: list[str] | None, query_budget: list[int]
     if not any(secret):
         return query
     if removed is not None:
-        removed.extend(v for (_, v), s in zip(pairs, secret) if s)
-    return urlencode([(k, REDACTED if s else v) for (k, v), s in zip(pairs, secret)])
+        removed.extend(v for (_, v), s in zip(pairs, secret, strict=True) if s)
+    return urlencode([(k, REDACTED if s else v) for (k, v), s in zip(pairs, secret, strict=True)])
 
 
 def redact_fields(

@@ -38,7 +38,6 @@ import orjson
 
 from observer.dialects.base import Dialect
 from observer.errors import ObserverError
-from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
 from observer.records import Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd

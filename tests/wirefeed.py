@@ -11,15 +11,17 @@ hand; ``<case>.meta.json`` (optional) ``{"path", "status", "content_type", "cont
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from observer.dialects.base import RequestView
+from hypothesis import strategies as st
+
+from observer.dialects.base import Dialect, RequestView, StreamAdapter
 from observer.dialects.registry import default_registry
-from observer.limits import Limits
+from observer.limits import DEFAULT_LIMITS, Limits
 from observer.reassembly import EndCause
 from observer.records import Exchange
 from observer.response import ResponseSpec, StreamEnd, assemble
@@ -97,7 +99,7 @@ def view_of(case: Case) -> RequestView:
     return RequestView("POST", "127.0.0.1", case.path, headers)
 
 
-def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = Limits()) -> dict[str, Any]:
+def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Feeds ``chunks`` as the response of ``case`` and returns the record dict."""
     return observe(
         case.dialect, case.request, chunks, status=case.status, content_type=case.content_type,
@@ -115,14 +117,18 @@ def observe(
     content_type: str = "text/event-stream",
     content_encoding: str | None = None,
     end: EndCause = EndCause.EOF,
-    limits: Limits = Limits(),
+    limits: Limits = DEFAULT_LIMITS,
     path: str = "/v1/stream",
     request_headers: dict[str, str] | None = None,
+    general: bool = False,
 ) -> dict[str, Any]:
     """Feeds ``chunks`` as the response of ``request_body`` (sent as ``POST path``) and returns
-    the record dict."""
-    dialect = default_registry().get(dialect_name)
-    view = RequestView("POST", "127.0.0.1", path, {"content-type": "application/json", **(request_headers or {})})
+    the record dict; ``general`` maps every message through ``on_message`` (:func:`general_only`)."""
+    dialect: Dialect = default_registry().get(dialect_name)
+    if general:
+        dialect = general_only(dialect)
+    headers = {"content-type": "application/json", **{k.lower(): v for k, v in (request_headers or {}).items()}}
+    view = RequestView("POST", "127.0.0.1", path, headers)
     facts, violations = dialect.parse_request(request_body, view)
     ex = Exchange(
         id="test", dialect=dialect.name, host="127.0.0.1", path=path, method="POST",
@@ -139,6 +145,39 @@ def observe(
     return assemble(ex, list(violations), obs.finish(StreamEnd(end, t + 0.01))).to_dict()
 
 
+class _GeneralAdapter:
+    """An adapter with only the required ``StreamAdapter`` methods, delegated to ``inner``: no
+    ``fast`` or ``on_object``, so the tap maps every framed message with ``on_message``."""
+
+    __slots__ = ("on_message", "on_lost", "on_close")
+
+    def __init__(self, inner: StreamAdapter) -> None:
+        self.on_message = inner.on_message
+        self.on_lost = inner.on_lost
+        self.on_close = inner.on_close
+
+
+class _GeneralDialect:
+    """``dialect`` with every adapter wrapped in ``_GeneralAdapter``; all else delegated."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self.name = dialect.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dialect, name)
+
+    def new_adapter(self, spec: ResponseSpec) -> StreamAdapter:
+        return _GeneralAdapter(self._dialect.new_adapter(spec))
+
+
+def general_only(dialect: Dialect) -> Dialect:
+    """``dialect`` as the tap sees a dialect without fast lanes: its adapters expose only
+    ``on_message``/``on_lost``/``on_close`` (``observer.dialects.base.StreamAdapter``), so the
+    record is what the general mapping alone gives, whatever ``observer.tap`` does inside."""
+    return _GeneralDialect(dialect)  # type: ignore[return-value]
+
+
 def assert_matches(record: dict[str, Any], expected: dict[str, Any]) -> None:
     """Every key of ``expected`` equals the record's; a violation ``detail`` of ``"*"`` matches any."""
     for key, want in expected.items():
@@ -152,7 +191,49 @@ def assert_matches(record: dict[str, Any], expected: dict[str, Any]) -> None:
             assert got == want, f"{key}: {got!r} != {want!r}"
 
 
+# -- feeding: one body whole, one byte at a time and in random splits ----------------------------
+
+CUT_POINTS = st.lists(st.integers(min_value=0, max_value=10_000), max_size=40)  # for ``split_at``
+
+
 def split_at(data: bytes, points: Iterable[int]) -> list[bytes]:
-    """``data`` cut at the given offsets (any order, duplicates and out-of-range ignored)."""
-    cuts = sorted({p for p in points if 0 < p < len(data)})
+    """``data`` cut at offset ``p % (len(data) + 1)`` for each of ``points`` (any order; equal
+    offsets and the ends give no empty chunk), so every drawn point cuts even a short body."""
+    cuts = sorted({p % (len(data) + 1) for p in points} - {0, len(data)})
     return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+
+
+def bytewise(data: bytes) -> list[bytes]:
+    """``data`` one byte per chunk."""
+    return [data[i : i + 1] for i in range(len(data))]
+
+
+class Decoder(Protocol):
+    """The sans-IO decoders' shape (``observer/wire``): ``feed(chunk)`` then ``close()``, each
+    returning what it completed (a list of messages and violations, or plain bytes)."""
+
+    def feed(self, data: bytes) -> Any: ...
+
+    def close(self) -> Any: ...
+
+
+def feed(decoder: Decoder, chunks: Iterable[bytes], *, close: bool = True) -> Any:
+    """Everything ``decoder`` returns for ``chunks`` (then ``close()`` unless ``close`` is
+    false), joined: one list, or one ``bytes`` for a content decoder."""
+    outs = [decoder.feed(chunk) for chunk in chunks]
+    if close:
+        outs.append(decoder.close())
+    if outs and isinstance(outs[0], bytes | bytearray):
+        return b"".join(outs)
+    return [item for out in outs for item in out]
+
+
+def feed_each_way(new_decoder: Callable[[], Decoder], data: bytes, points: Iterable[int], *, close: bool = True) -> Any:
+    """What fresh decoders from ``new_decoder()`` return for ``data`` fed whole, one byte at a
+    time and cut at ``points`` (:func:`split_at`); asserts that the three are equal (h11's rule:
+    output never depends on chunking) and returns it."""
+    whole = feed(new_decoder(), [data], close=close)
+    assert feed(new_decoder(), bytewise(data), close=close) == whole, "one byte at a time differs from whole"
+    chunks = split_at(data, points)
+    assert feed(new_decoder(), chunks, close=close) == whole, f"cut into {[len(c) for c in chunks]} differs from whole"
+    return whole

@@ -70,7 +70,7 @@ class InProcessBackend:
 
     def data(self, key: str, pending: list, nbytes: int, deadline: float | None = None,
              clock: Callable[[], float] | None = None) -> int:  # fmt: skip
-        return feed_pending(self._observers[key], pending, deadline, clock)  
+        return feed_pending(self._observers[key], pending, deadline, clock)
 
     def finish(self, key: str, end: StreamEnd) -> None:
         self._on_facts(key, finish_observer(self._observers.pop(key), end))
@@ -163,7 +163,7 @@ class FailoverBackend:
 
     def open(self, key: str, spec: ResponseSpec) -> int:
         link = self._link
-        if link is not None and link.open(key, spec):  
+        if link is not None and link.open(key, spec):
             self._remote[key] = _Remote(spec)
             return WORKER_FLUSH_BYTES
         return self._local.open(key, spec)
@@ -174,7 +174,7 @@ class FailoverBackend:
         if remote is None:
             return self._local.data(key, pending, nbytes, deadline, clock)
         link = self._link
-        if not remote.skipped_bytes and link is not None and link.data(key, pending, nbytes):  
+        if not remote.skipped_bytes and link is not None and link.data(key, pending, nbytes):
             remote.sent_bytes += nbytes
             return len(pending)
         if key not in self._remote:  # the worker was found dead just now: the flow went in-process
@@ -193,7 +193,7 @@ class FailoverBackend:
             return
         remote.end = end
         assert self._link is not None  # a remote flow has a live link (a death empties _remote)
-        self._link.finish(key, end, remote.skipped_bytes)  
+        self._link.finish(key, end, remote.skipped_bytes)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Shutdown: the worker's last facts (or, if it fails to stop, in-process ones)."""

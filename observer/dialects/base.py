@@ -9,8 +9,8 @@ from typing import Protocol
 
 from observer.events import CanonicalEvent
 from observer.records import RequestFacts, Violation
-from observer.wire.frames import Framing
 from observer.response import ResponseSpec
+from observer.wire.frames import Framing
 
 
 @dataclass(frozen=True, slots=True)

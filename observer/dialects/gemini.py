@@ -98,8 +98,8 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.frames import Framing
 from observer.response import ResponseSpec
+from observer.wire.frames import Framing
 
 V = ViolationKind
 

@@ -33,8 +33,8 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.frames import Framing
 from observer.response import ResponseSpec
+from observer.wire.frames import Framing
 
 PATHS = ("/api/chat", "/api/generate")
 NDJSON_MEDIA_TYPES = frozenset({"application/x-ndjson", "application/ndjson"})

@@ -53,8 +53,8 @@ from observer.events import (
     ToolCallEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.frames import JSONFrame
 from observer.response import ResponseSpec
+from observer.wire.frames import JSONFrame
 
 V = ViolationKind
 _PLAIN_DELTA_KEYS = frozenset({"content", "role"})
@@ -208,14 +208,6 @@ class OpenAIChatAdapter(AdapterBase):
         if obj.__class__ is not dict:
             return [Violation(V.INVALID_EVENT, None, "chat completion chunk: data is not a JSON object")]
         whole = isinstance(message, JSONFrame)
-        if not whole:
-            hit = self.fast(b"", obj)
-            if hit is not None:
-                if not hit:
-                    return []
-                if len(hit) == 3:
-                    return [ContentDelta(None, hit[0], hit[2], hit[1])]
-                return [ToolCallDelta(*hit)]
         out: list[CanonicalEvent | Violation] = []
         self._identity(obj, out)
         if "error" in obj and obj["error"] is not None:

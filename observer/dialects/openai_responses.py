@@ -54,8 +54,8 @@ from observer.events import (
     ToolCallDelta,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.frames import JSONFrame
 from observer.response import ResponseSpec
+from observer.wire.frames import JSONFrame
 
 V = ViolationKind
 INCOMPLETE_REASONS = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}

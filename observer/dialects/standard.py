@@ -25,8 +25,8 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.frames import Framing
 from observer.response import ResponseSpec
+from observer.wire.frames import Framing
 
 MEDIA_TYPE = "application/llm-request+json"
 SUPPORTED_VERSION = "1.0"

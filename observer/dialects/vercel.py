@@ -47,8 +47,8 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
-from observer.wire.frames import Framing, JSONFrame
 from observer.response import ResponseSpec
+from observer.wire.frames import Framing, JSONFrame
 
 UI_STREAM_HEADER = "x-vercel-ai-ui-message-stream"  # AI SDK 5+ (SSE)
 DATA_STREAM_HEADER = "x-vercel-ai-data-stream"  # AI SDK 3/4 (CODE:JSON lines)

@@ -353,15 +353,13 @@ class JSONArrayDecoder:
                     out.append(self._invalid(detail))
                     state = _DEAD
                     break
-            elif state == _END:
+            else:  # _END (never _DEAD: feed scans only a live array, close only a held BOM prefix)
                 i = _WS(data, i).end()
                 if i == n:
                     break
                 detail = f"data after the closing ']' of the array at byte {base + i}: {_show(data[i])}"
                 out.append(self._invalid(detail))
                 state = _DEAD
-                break
-            else:  # _DEAD
                 break
         if state in _IN_ELEMENT and not self._skip:
             # The element continues in the next chunk: keep its bytes of this chunk, within bound.

@@ -253,11 +253,10 @@ class SSEDecoder:
             # line ending at its first LF is followed by a blank line.
             end = data.find(b"\n\n") + 2
             if end > 1 and end < len(data):
+                # data[:end] ends with a blank line, which ends the block (and any oversize
+                # skipping) with nothing held: the rest is whole blocks, as ``_blocks`` requires.
                 self._consume(data[:end], out)
-                if not self._size and not self._partial and not self._skipping:
-                    self._blocks(data[end:], out)
-                else:  # not reached (a blank line resets the block), kept total
-                    self._consume(data[end:], out)
+                self._blocks(data[end:], out)
                 return out
         self._consume(data, out)
         return out

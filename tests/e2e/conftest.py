@@ -14,9 +14,9 @@ proxy-under-test process per module.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Iterator
 
 import pytest
 

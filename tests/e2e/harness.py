@@ -28,10 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -396,11 +396,12 @@ def h2_request_then_cancel(url: str, *, proxy: str, ca_path: str, content: bytes
     ``cancel_when(result)``, then sends RST_STREAM(CANCEL) and keeps the connection open (answering
     the peer) until ``hold_until()`` returns something truthy (returned) or ``hold_timeout`` passes.
     httpx cannot do this: it never resets a stream it stops reading, it only closes the connection."""
+    from urllib.parse import urlsplit
+
     import h2.config
     import h2.connection
     import h2.errors
     import h2.events
-    from urllib.parse import urlsplit
 
     u, p = urlsplit(url), urlsplit(proxy)
     assert u.scheme == "https" and u.hostname and u.port and p.hostname and p.port
@@ -584,7 +585,7 @@ def subset_mismatches(actual: Any, expected: Any, path: str = "$") -> list[str]:
     elif isinstance(expected, list):
         if not isinstance(actual, list) or len(actual) != len(expected):
             return [f"{path}: expected {expected!r}, got {actual!r}"]
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             out.extend(subset_mismatches(a, e, f"{path}[{i}]"))
     elif actual != expected or type(actual) is not type(expected) and not (isinstance(actual, (int, float)) and isinstance(expected, (int, float))):
         out.append(f"{path}: expected {expected!r}, got {actual!r}")

@@ -21,7 +21,15 @@ import httpx
 import pytest
 
 from tests.e2e.harness import LLM_CONTENT_TYPE, assert_subset, h2_request_then_cancel, record_has_tid, stream_request
-from tests.e2e.upstream import COMPLETE_TEXT, ERROR_BODY, REQUEST_ID, TOOL_ARGUMENTS, UpstreamServer, render_event, script_complete_example
+from tests.e2e.upstream import (
+    COMPLETE_TEXT,
+    ERROR_BODY,
+    REQUEST_ID,
+    TOOL_ARGUMENTS,
+    UpstreamServer,
+    render_event,
+    script_complete_example,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -103,7 +111,7 @@ def check_streamed(res: Any, up_ex: Any) -> None:
             late.append((i, None if a is None else round((a - up_ex.send_times[i]) * 1000, 1)))
     assert not late, f"events held back by the proxy (index, ms after send): {late}"
     # And each event arrived promptly (generous bound for a loaded CI box).
-    lat_ms = [(a - s) * 1000 for a, s in zip(arrivals, up_ex.send_times) if a is not None]
+    lat_ms = [(a - s) * 1000 for a, s in zip(arrivals, up_ex.send_times, strict=False) if a is not None]
     assert max(lat_ms) < 150, f"per-event latency ms: {[round(x, 1) for x in lat_ms]}"
 
 

@@ -601,7 +601,7 @@ def test_sdk_streams_fixture_through_proxy(dialect: str, case: str, replay: Repl
         ex = replay.wait_exchange(tid, timeout=30)
         assert ex.raw_body == fx.body
         rec = records.one()
-        late = timing_problems(lambda: (assert_bytes_timely(run.chunks, ex, f"{dialect} SDK transport",
+        late = timing_problems(lambda run=run, ex=ex: (assert_bytes_timely(run.chunks, ex, f"{dialect} SDK transport",
                                                             complete=run.error is None),
                                         assert_items_timely(run.times, ex, driver.yields, f"{dialect} SDK",
                                                             run.error is not None)))  # fmt: skip
@@ -722,7 +722,7 @@ def test_curl_replays_fixture_through_proxy(dialect: str, case: str, replay: Rep
         if fx.end == "eof":
             assert code == 0, f"curl exit {code}: {err}"
         assert body == fx.body, f"curl got {len(body)} bytes, the fixture has {len(fx.body)} (curl: {err.strip()})"
-        late = timing_problems(lambda: assert_bytes_timely(chunks, ex, "curl"))
+        late = timing_problems(lambda chunks=chunks, ex=ex: assert_bytes_timely(chunks, ex, "curl"))
         if late is None:
             break
         problems.append(f"attempt {attempt}: {late}")

@@ -75,12 +75,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import h11
 import h2.config
 import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h11
 
 REQUEST_ID = "550e8400-e29b-41d4-a716-446655440000"
 MODEL = "example-model"

@@ -51,10 +51,10 @@ from observer.events import (
     ToolCallEvent,
     UsageEvent,
 )
-from observer.records import RequestFacts, Violation
+from observer.records import Violation
+from observer.response import ResponseSpec
 from observer.wire.frames import Framing, JSONFrame
 from observer.wire.sse import SSEEvent
-from observer.response import ResponseSpec
 from tests.wirefeed import observe
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from observer.capture.backend import IN_PROCESS_FLUSH_BYTES, WORKER_FLUSH_BYTES, FailoverBackend, InProcessBackend
 from observer.capture.flows import FlowState, FlowTable
+from observer.capture.messages import Data, Finish, Open
 from observer.capture.request import read_request, skeleton
 from observer.capture.worker import WorkerCore
-from observer.capture.messages import Data, Finish, Open
 from observer.dialects.base import RequestView
 from observer.dialects.openai_chat import OpenAIChatDialect
 from observer.dialects.registry import DialectRegistry, default_registry

@@ -4,7 +4,6 @@ default), one-line errors before anything starts, the generated API token kept a
 
 from __future__ import annotations
 
-
 import pytest
 from sqlalchemy import create_engine, inspect
 from typer.testing import CliRunner

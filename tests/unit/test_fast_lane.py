@@ -2,12 +2,14 @@
 give exactly the record of the general path (every message built, decoded and mapped by
 ``on_message``), whatever the chunking, the limits and the noise mixed into the stream.
 
-The general path is forced by removing the framer's sink (``StreamObserver._framer.sink``) and
-feeding through the content decoder: what the tap did before the fast lanes existed."""
+The general path is forced through the dialect contract, not the tap's internals: the dialect
+is wrapped (``tests.wirefeed.general_only``) so that its adapters offer only ``on_message``,
+``on_lost`` and ``on_close``, and the tap has no lane to take. The mutation tests at the end
+break each fast lane on purpose and check that these comparisons see it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import re
 from typing import Any
 
 import orjson
@@ -15,42 +17,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from observer.dialects.base import RequestView
 from observer.dialects.registry import default_registry
 from observer.limits import Limits
 from observer.reassembly import EndCause
-from observer.records import Exchange
-from observer.response import ResponseSpec, StreamEnd, assemble
-from observer.tap import StreamObserver
-from tests.wirefeed import cases, dialect_dirs, load, split_at
-
-T0 = 1_749_292_800.0
+from observer.response import ResponseSpec
+from tests.wirefeed import bytewise, cases, dialect_dirs, feed, feed_each_way, load, observe, split_at
 
 
 def _observe(case_like: dict[str, Any], chunks: list[bytes], *, general: bool, limits: Limits) -> dict[str, Any]:
-    dialect = default_registry().get(case_like["dialect"])
-    headers = {"content-type": "application/json", **{k.lower(): v for k, v in case_like["headers"].items()}}
-    view = RequestView("POST", "127.0.0.1", case_like["path"], headers)
-    facts, violations = dialect.parse_request(case_like["request"], view)
-    ex = Exchange(
-        id="t", dialect=dialect.name, host="127.0.0.1", path=case_like["path"], method="POST",
-        http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=200,
-        request=facts,
+    """The record of ``chunks`` as the response of ``case_like``; ``general``: through
+    ``general_only`` (no fast lane offered to the tap)."""
+    return observe(
+        case_like["dialect"], case_like["request"], chunks, status=case_like.get("status", 200),
+        content_type=case_like["content_type"], content_encoding=case_like.get("content_encoding"),
+        end=case_like.get("end", EndCause.EOF), limits=limits, path=case_like["path"],
+        request_headers=case_like["headers"], general=general,
     )  # fmt: skip
-    spec = ResponseSpec(dialect.name, case_like.get("status", 200), case_like["content_type"],
-                        case_like.get("content_encoding"), T0, case_like["path"], tuple(facts.tool_names),
-                        facts.request_id, facts.stream, limits)  # fmt: skip
-    obs = StreamObserver(dialect, spec)
-    if general:
-        if hasattr(obs._framer, "sink"):
-            obs._framer.sink = None
-        obs._identity = False
-    t = T0
-    for chunk in chunks:
-        t += 0.01
-        obs.feed(chunk, t)
-    facts = obs.finish(StreamEnd(case_like.get("end", EndCause.EOF), t + 0.01))
-    return assemble(ex, list(violations), facts).to_dict()
 
 
 def _case_like(dialect: str, name: str) -> dict[str, Any]:
@@ -371,13 +353,21 @@ def test_generated_fast_equals_general(dialect, ops, points, limits, whole):
     assert fast == _observe(like, chunks, general=True, limits=limits)
 
 
+def _adapter_class(dialect: str) -> type:
+    """The class of ``dialect``'s stream adapters (where its ``fast`` lives)."""
+    return type(default_registry().get(dialect).new_adapter(ResponseSpec(dialect, 200, "text/event-stream")))
+
+
+FRAGMENT_DIALECTS = ("openai.chat", "anthropic.messages", "openai.responses", "vercel.ui")
+
+
 @pytest.mark.parametrize("dialect", sorted(GENERATED))
-def test_fast_lane_is_taken(dialect):
+def test_fast_lane_is_taken(dialect, monkeypatch):
     """The generated token streams do go through each dialect's fast lane (else the equality
     tests above would prove nothing)."""
     build, content_type = GENERATED[dialect]
     like = _streaming_case(dialect, content_type)
-    adapter_cls = type(default_registry().get(dialect).new_adapter(ResponseSpec(dialect, 200, content_type)))
+    adapter_cls = _adapter_class(dialect)
     calls = {"hit": 0}
     original = adapter_cls.fast
 
@@ -387,19 +377,12 @@ def test_fast_lane_is_taken(dialect):
             calls["hit"] += 1
         return hit
 
-    adapter_cls.fast = counting
-    try:
-        _observe(like, [build([("delta", "hello")] * 5)], general=False, limits=Limits())
-    finally:
-        adapter_cls.fast = original
+    monkeypatch.setattr(adapter_cls, "fast", counting)
+    _observe(like, [build([("delta", "hello")] * 5)], general=False, limits=Limits())
     assert calls["hit"] >= 4
-    if dialect in ("openai.chat", "anthropic.messages", "openai.responses", "vercel.ui"):
+    if dialect in FRAGMENT_DIALECTS:
         calls["hit"] = 0
-        adapter_cls.fast = counting
-        try:
-            _observe(like, [build([("noise", 6)] + [("frag", "ab")] * 5)], general=False, limits=Limits())
-        finally:
-            adapter_cls.fast = original
+        _observe(like, [build([("noise", 6)] + [("frag", "ab")] * 5)], general=False, limits=Limits())
         assert calls["hit"] >= 5
 
 
@@ -432,18 +415,9 @@ def test_sse_shortcuts_are_chunking_independent(lines, eols, points, limit, bom)
 
     body = (b"\xef\xbb\xbf" if bom else b"") + b"".join(line + eol for line, eol in zip(lines, eols, strict=False))
 
-    def decode(chunks: list[bytes]) -> list[Any]:
-        dec = SSEDecoder(max_event_bytes=limit)
-        out: list[Any] = []
-        for chunk in chunks:
-            out += dec.feed(chunk)
-        return out + dec.close()
-
-    expected = decode([body[i : i + 1] for i in range(len(body))])
-    assert decode([body]) == expected
-    assert decode(split_at(body, points)) == expected
+    expected = feed_each_way(lambda: SSEDecoder(max_event_bytes=limit), body, points)
     for cut in range(1, len(body)):  # every two-chunk split: each shortcut meets every boundary
-        assert decode([body[:cut], body[cut:]]) == expected, cut
+        assert feed(SSEDecoder(max_event_bytes=limit), [body[:cut], body[cut:]]) == expected, cut
 
 
 # -- Gemini streamed function-call arguments (GeminiAdapter._fast_call) --------------------------
@@ -499,7 +473,16 @@ def test_gemini_call_fast_equals_general(picks, points, limits, whole):
     assert fast == _observe(like, chunks, general=True, limits=limits)
 
 
-def test_gemini_call_fast_lane_is_taken():
+def _gemini_call_body() -> list[bytes]:
+    """A Gemini stream (one chunk per event) opening a streamed call, then six continuations."""
+
+    def chunk(part: dict[str, Any]) -> bytes:
+        return _sse({"candidates": [{"content": {"parts": [part]}}]}, nl="\r\n")
+
+    return [chunk({"functionCall": {"name": "write_file", "willContinue": True}})] + [chunk(_GEM_CALL_PARTS[0])] * 6
+
+
+def test_gemini_call_fast_lane_is_taken(monkeypatch):
     """Continuation pieces of a streamed call do take the Gemini fast lane."""
     from observer.dialects import gemini
 
@@ -513,17 +496,8 @@ def test_gemini_call_fast_lane_is_taken():
             calls["hit"] += 1
         return hit
 
-    def chunk(part: dict[str, Any]) -> bytes:
-        return _sse({"candidates": [{"content": {"parts": [part]}}]}, nl="\r\n")
-
-    body = [chunk({"functionCall": {"name": "write_file", "willContinue": True}})] + [
-        chunk(_GEM_CALL_PARTS[0])
-    ] * 6
-    gemini.GeminiAdapter._fast_call = counting
-    try:
-        ex = _observe(like, body, general=False, limits=Limits())
-    finally:
-        gemini.GeminiAdapter._fast_call = original
+    monkeypatch.setattr(gemini.GeminiAdapter, "_fast_call", counting)
+    ex = _observe(like, _gemini_call_body(), general=False, limits=Limits())
     assert calls["hit"] >= 5
     assert orjson.loads(ex["tool_calls"][0]["arguments"]) == {"content": "ab" * 6}
 
@@ -667,3 +641,100 @@ def test_event_type_not_utf8_is_reported_by_fast_lanes(split):
     rec = _observe(like, chunks, general=False, limits=Limits())
     assert rec["violations"] == [{"kind": "invalid_utf8", "seq": None, "detail": "invalid UTF-8 replaced by U+FFFD"}]
     assert rec["text"] == "ok"
+
+
+# -- mutations: a fast lane broken on purpose must make the comparisons above fail ---------------
+
+
+def _chunkings(body: bytes, content_type: str) -> dict[str, list[bytes]]:
+    """``body`` whole (the tap's many-message loop), one message per chunk (its one-message
+    lane) and one byte per chunk (the framer's sink): each way the tap reaches a fast lane."""
+    end = rb"\n" if content_type == "application/x-ndjson" else rb"\r?\n\r?\n"
+    messages = re.findall(rb".*?" + end + rb"|.+", body, re.S)
+    assert b"".join(messages) == body
+    return {"whole": [body], "per message": messages, "bytewise": bytewise(body)}
+
+
+def _wrong_text(hit: tuple | None) -> tuple | None:
+    return (hit[0], hit[1], hit[2] + "\u2020") if hit and len(hit) == 3 and hit[2] else hit
+
+
+def _wrong_block(hit: tuple | None) -> tuple | None:
+    return (hit[0] + 1, *hit[1:]) if hit and len(hit) == 3 else hit
+
+
+def _wrong_fragment(hit: tuple | None) -> tuple | None:
+    return (*hit[:5], hit[5] + "\u2020") if hit and len(hit) == 6 else hit
+
+
+def _takes_everything(hit: tuple | None) -> tuple | None:
+    return () if hit is None else hit  # a message it should have declined, taken as "no event"
+
+
+# mutation -> (how it changes each result of ``fast``, the generated stream's operations)
+MUTATIONS = {
+    "wrong text": (_wrong_text, [("delta", "hello")] * 5),
+    "wrong block": (_wrong_block, [("delta", "hello")] * 5),
+    "wrong fragment": (_wrong_fragment, [("noise", 6)] + [("frag", "ab")] * 5),
+    "takes what it must decline": (_takes_everything, [("delta", "a"), ("noise", 0), ("delta", "b")]),
+}
+
+
+@pytest.mark.mutation
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+@pytest.mark.parametrize("dialect", sorted(GENERATED))
+def test_broken_fast_lane_is_detected(dialect, mutation, monkeypatch):
+    """A dialect's ``fast`` broken on purpose (a wrong text, block or argument fragment, or a
+    message taken that it must decline) gives a record that differs from the general path's,
+    in every chunking: the equality tests above can fail."""
+    mutate, ops = MUTATIONS[mutation]
+    if mutation == "wrong fragment" and dialect not in FRAGMENT_DIALECTS:
+        pytest.skip("no tool-argument fragments in this dialect's fast lane")
+    build, content_type = GENERATED[dialect]
+    like = _streaming_case(dialect, content_type)
+    adapter_cls = _adapter_class(dialect)
+    original = adapter_cls.fast
+    monkeypatch.setattr(adapter_cls, "fast", lambda self, event, obj: mutate(original(self, event, obj)))
+    for how, chunks in _chunkings(build(ops), content_type).items():
+        fast = _observe(like, chunks, general=False, limits=Limits())
+        assert fast != _observe(like, chunks, general=True, limits=Limits()), f"{mutation} not detected ({how})"
+
+
+@pytest.mark.mutation
+def test_broken_gemini_call_lane_is_detected(monkeypatch):
+    """Gemini's streamed-call lane broken on purpose (each continuation piece it takes gets a
+    wrong character) gives a record that differs from the general path's, in every chunking."""
+    from observer.dialects import gemini
+
+    original = gemini.GeminiAdapter._fast_call
+
+    def wrong_piece(self, index, part, call):
+        args = call.get("partialArgs") if call.__class__ is dict else None
+        if args.__class__ is list and len(args) == 1 and args[0].__class__ is dict and "stringValue" in args[0]:
+            call = {**call, "partialArgs": [{**args[0], "stringValue": f"{args[0]['stringValue']}\u2020"}]}
+        return original(self, index, part, call)
+
+    monkeypatch.setattr(gemini.GeminiAdapter, "_fast_call", wrong_piece)
+    like = _streaming_case("gemini", "text/event-stream")
+    for how, chunks in _chunkings(b"".join(_gemini_call_body()), "text/event-stream").items():
+        fast = _observe(like, chunks, general=False, limits=Limits())
+        assert fast != _observe(like, chunks, general=True, limits=Limits()), how
+
+
+@pytest.mark.parametrize("dialect", sorted(GENERATED))
+def test_general_path_never_takes_a_fast_lane(dialect, monkeypatch):
+    """Through ``general_only`` no adapter's ``fast`` runs, on any fixture or generated stream
+    (regression: ``openai.chat``'s ``on_object`` called its own fast lane, so a broken lane
+    broke both sides of the comparison alike)."""
+    build, content_type = GENERATED[dialect]
+
+    def refuse(self, event, obj):
+        raise AssertionError("fast lane called on the general path")
+
+    monkeypatch.setattr(_adapter_class(dialect), "fast", refuse)
+    bodies = [(_streaming_case(dialect, content_type), build([("delta", "a"), ("noise", 6), ("frag", "b")] * 3))]
+    bodies += [(_case_like(dialect, name), load(dialect, name).body) for name in cases(dialect)]
+    for like, body in bodies:
+        for chunks in ([body], bytewise(body)):
+            rec = _observe(like, chunks, general=True, limits=Limits())
+            assert not any(v["kind"] == "observer_error" for v in rec["violations"])

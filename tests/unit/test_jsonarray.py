@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from observer.records import Violation
 from observer.wire.frames import JSONFrame
 from observer.wire.jsonarray import JSONArrayDecoder
+from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way, split_at
 
 UNTERMINATED = "unterminated_final_event"
 OVERSIZE = "oversize_event"
@@ -52,23 +54,13 @@ def junk(at: int, found: str, expected: str = "',' or ']' after an array element
 
 
 def decode(chunks, *, max_element_bytes: int = 1 << 20, close: bool = True) -> list:
-    d = JSONArrayDecoder(max_element_bytes=max_element_bytes)
-    out: list = []
-    for c in chunks:
-        out += d.feed(c)
-    if close:
-        out += d.close()
-    return out
+    """Everything one decoder returns for ``chunks`` (``tests.wirefeed.feed``)."""
+    return feed(JSONArrayDecoder(max_element_bytes=max_element_bytes), chunks, close=close)
 
 
-def bytewise(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
-
-
-def split_at(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({p % (len(data) + 1) for p in points})
-    bounds = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+def decoder(max_element_bytes: int = 1 << 20) -> Callable[[], JSONArrayDecoder]:
+    """A factory of fresh decoders for ``tests.wirefeed.feed_each_way``."""
+    return lambda: JSONArrayDecoder(max_element_bytes=max_element_bytes)
 
 
 def frames(out: list) -> list[JSONFrame]:
@@ -337,33 +329,20 @@ NAMES = sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_whole(name):
+@settings(max_examples=40, deadline=None)
+@given(points=CUT_POINTS)
+def test_each_way(name, points):
+    """Each body fed whole, one byte at a time and in random splits gives its hand-written
+    frames."""
     body, expected = EXPECTED[name]
-    assert decode([body]) == expected
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_one_byte_at_a_time(name):
-    body, expected = EXPECTED[name]
-    assert decode(bytewise(body)) == expected
-
-
-@settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(NAMES), points=st.lists(st.integers(0, 10_000), max_size=40))
-def test_random_splits(name, points):
-    body, expected = EXPECTED[name]
-    assert decode(split_at(body, points)) == expected
+    assert feed_each_way(decoder(), body, points) == expected
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    name=st.sampled_from(NAMES),
-    points=st.lists(st.integers(0, 10_000), max_size=20),
-    limit=st.integers(1, 500),
-)
+@given(name=st.sampled_from(NAMES), points=CUT_POINTS, limit=st.integers(1, 500))
 def test_chunking_independent_with_small_limits(name, points, limit):
-    body = EXPECTED[name][0]
-    assert decode(split_at(body, points), max_element_bytes=limit) == decode([body], max_element_bytes=limit)
+    """Oversize detection and recovery do not depend on where chunks are cut either."""
+    feed_each_way(decoder(limit), EXPECTED[name][0], points)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -402,13 +381,13 @@ json_values = st.recursive(
     indent=st.sampled_from([None, 0, 2]),
     ascii_only=st.booleans(),
     sep=st.sampled_from([",", ", ", ",\r\n", "\n,\r\n", " ,\t"]),
-    points=st.lists(st.integers(0, 100_000), max_size=30),
+    points=CUT_POINTS,
 )
 def test_generated_arrays(elements, indent, ascii_only, sep, points):
     # Any JSON array, however formatted: one frame per element, each the exact element text.
     texts = [json.dumps(e, indent=indent, ensure_ascii=ascii_only) for e in elements]
     body = ("[" + sep.join(texts) + "]").encode()
-    out = decode(split_at(body, points))
+    out = decode(split_at(body, points))  # random splits only: bytewise is slow on large arrays
     assert [f.data for f in out] == texts
     assert [json.loads(f.data) for f in out] == [json.loads(t) for t in texts]
     assert sum(f.size_bytes for f in out) == (len(body) - 1 if texts else 0)

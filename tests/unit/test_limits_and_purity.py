@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from observer.limits import Limits
 from tests.wirefeed import observe
 
@@ -65,24 +67,140 @@ def test_non_sse_2xx_flagged():
 
 PURE = ["observer/wire", "observer/dialects", "observer/reassembly.py", "observer/records.py", "observer/events.py",
         "observer/tap.py", "observer/limits.py", "observer/redact.py"]  # fmt: skip
-FORBIDDEN = {"mitmproxy", "sqlalchemy", "fastapi", "asyncio", "time", "socket", "threading", "uvicorn", "datetime.now"}
+# Modules the pure core may not import (a dotted name or anything below it): proxy, database, web
+# framework, event loop, threads and processes, clocks, randomness, files, network.
+FORBIDDEN_MODULES = frozenset({
+    "mitmproxy", "sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "asyncio", "socket", "ssl", "select",
+    "selectors", "threading", "multiprocessing", "concurrent", "subprocess", "signal", "time", "random", "secrets",
+    "uuid", "os", "pathlib", "shutil", "tempfile", "http", "urllib.request",
+})  # fmt: skip
+# Names the pure core may not use, fully qualified (imports and aliases resolved): clock readings
+# from otherwise allowed modules, and the builtins and streams that do I/O.
+FORBIDDEN_NAMES = frozenset({
+    "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today",
+    "builtins.open", "builtins.print", "builtins.input", "sys.stdin", "sys.stdout", "sys.stderr",
+})  # fmt: skip
+_IO_BUILTINS = frozenset({"open", "print", "input"})
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` of an attribute chain on a plain name as ``["a", "b", "c"]``, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+def impurities(source: str) -> list[str]:
+    """What in Python ``source`` breaks the pure core's rule, one line each (``line N: ...``):
+    imports of ``FORBIDDEN_MODULES`` and uses of ``FORBIDDEN_NAMES`` after resolving ``import``
+    and ``from ... import ... as ...`` aliases (``from datetime import datetime as dt; dt.now()``
+    is ``datetime.datetime.now``). Dynamic lookups (``getattr(datetime, "now")``) are not seen."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    aliases: dict[str, str] = {}  # local name -> the dotted name it stands for
+    bound: set[str] = set()  # names the module binds itself (parameters, assignments, defs)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                aliases[a.asname or top] = a.name if a.asname else top
+            _check_import([a.name for a in node.names], node.lineno, found)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+            _check_import([f"{node.module}.{a.name}" for a in node.names], node.lineno, found)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute | ast.Name) and isinstance(node.ctx, ast.Load):
+            parts = _dotted(node)
+            if parts is None:
+                continue
+            head = parts[0]
+            builtin = head in _IO_BUILTINS and head not in bound and head not in aliases
+            qualified = ".".join([f"builtins.{head}" if builtin else aliases.get(head, head), *parts[1:]])
+            if qualified in FORBIDDEN_NAMES:
+                found.append(f"line {node.lineno}: uses {qualified}")
+    return found
+
+
+def _check_import(names: list[str], line: int, found: list[str]) -> None:
+    """Appends ``line N: imports NAME`` for each imported dotted name at or under a forbidden
+    module."""
+    for name in names:
+        parts = name.split(".")
+        if any(".".join(parts[:i]) in FORBIDDEN_MODULES for i in range(1, len(parts) + 1)):
+            found.append(f"line {line}: imports {name}")
+
+
+def _pure_files() -> list[Path]:
+    root = Path(__file__).resolve().parents[2]
+    return [p for entry in PURE for p in ([root / entry] if entry.endswith(".py") else (root / entry).rglob("*.py"))]
 
 
 def test_core_is_sans_io():
-    """The pure core imports no proxy, database, web framework, event loop or clock."""
-    root = Path(__file__).resolve().parents[2]
-    files = [p for entry in PURE for p in ([root / entry] if entry.endswith(".py") else (root / entry).rglob("*.py"))]
+    """The pure core imports no proxy, database, web framework, event loop, thread, clock or
+    file/network module, and reads no clock (``datetime.now``) and does no console or file I/O."""
+    files = _pure_files()
     assert len(files) >= 8
-    for path in files:
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+    found = [f"{path.name} {what}" for path in files for what in impurities(path.read_text())]
+    assert found == []
+
+
+@pytest.mark.mutation
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from datetime import datetime\ndef f():\n    return datetime.now()\n", "uses datetime.datetime.now"),
+        ("import datetime\nx = datetime.datetime.utcnow()\n", "uses datetime.datetime.utcnow"),
+        ("from datetime import date as d\nx = d.today\n", "uses datetime.date.today"),
+        ("import datetime as dt\nx = dt.datetime.today()\n", "uses datetime.datetime.today"),
+        ("import time\n", "imports time"),
+        ("from time import monotonic as clock\n", "imports time.monotonic"),
+        ("import os.path\n", "imports os.path"),
+        ("from urllib import request\n", "imports urllib.request"),
+        ("def f(p):\n    return open(p).read()\n", "uses builtins.open"),
+        ("import sys\nsys.stderr.write('x')\n", "uses sys.stderr"),
+    ],
+)
+def test_purity_guard_flags_clocks_and_io(source, expected):
+    """Mutation check: a module that reads a clock or does I/O, however it is imported, is
+    flagged, so the guard above can fail."""
+    assert [w.split(": ", 1)[1] for w in impurities(source)] == [expected]
+
+
+@pytest.mark.mutation
+@pytest.mark.parametrize("name", ["observer/reassembly.py", "observer/records.py", "observer/wire/sse.py"])
+def test_purity_guard_flags_a_clock_added_to_the_core(name):
+    """Mutation check: a real core module with one ``datetime.now()`` added (as an import of
+    ``datetime`` and as the ``datetime`` class records.py already imports) is flagged."""
+    source = (Path(__file__).resolve().parents[2] / name).read_text()
+    assert impurities(source) == []
+    assert impurities(source + "\nimport datetime\n_T = datetime.datetime.now()\n")[-1].endswith(
+        "uses datetime.datetime.now"
+    )
+    assert impurities(source + "\nfrom datetime import datetime\n_T = datetime.now()\n")[-1].endswith(
+        "uses datetime.datetime.now"
+    )
+
+
+def test_purity_guard_allows_pure_time_arithmetic():
+    """Converting a given time (``datetime.fromtimestamp``) and a local variable that happens to
+    be called ``now`` or ``open`` are not clock readings or I/O."""
+    source = (
+        "from datetime import datetime, timezone\n"
+        "def f(now, open):\n"
+        "    return datetime.fromtimestamp(now, tz=timezone.utc), open.now, now\n"
+    )
+    assert impurities(source) == []
 
 
 def test_integers_beyond_64_bits_are_invalid_not_stored():
@@ -135,16 +253,6 @@ def test_long_names_and_details_are_clipped():
     assert tc["name"] == "n" * 1024 + "…[98976 chars cut]"
     (v,) = [v for v in rec["violations"] if v["kind"] == "undeclared_tool"]
     assert len(v["detail"]) <= 512 + len("…[99999999 chars cut]")
-
-
-def test_one_char_deltas_are_coalesced():
-    """Trial finding: 8M one-character deltas held ~58 B per character; pieces are joined."""
-    from observer.reassembly import _append, _Parts
-
-    parts = _Parts()
-    for _ in range(10_000):
-        _append(parts, "x")
-    assert len(parts) < 256 and "".join(parts) == "x" * 10_000
 
 
 def test_event_cap_stops_observation():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from observer.records import Violation
 from observer.wire.frames import JSONFrame
 from observer.wire.ndjson import NDJSONDecoder
+from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way
 
 UNTERMINATED = "unterminated_final_event"
 OVERSIZE = "oversize_event"
@@ -32,23 +34,13 @@ def unterminated(size: int) -> Violation:
 
 
 def decode(chunks, *, max_line_bytes: int = 1 << 20, close: bool = True) -> list:
-    d = NDJSONDecoder(max_line_bytes=max_line_bytes)
-    out: list = []
-    for c in chunks:
-        out += d.feed(c)
-    if close:
-        out += d.close()
-    return out
+    """Everything one decoder returns for ``chunks`` (``tests.wirefeed.feed``)."""
+    return feed(NDJSONDecoder(max_line_bytes=max_line_bytes), chunks, close=close)
 
 
-def bytewise(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
-
-
-def split_at(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({p % (len(data) + 1) for p in points})
-    bounds = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+def decoder(max_line_bytes: int = 1 << 20) -> Callable[[], NDJSONDecoder]:
+    """A factory of fresh decoders for ``tests.wirefeed.feed_each_way``."""
+    return lambda: NDJSONDecoder(max_line_bytes=max_line_bytes)
 
 
 # -- bodies with expected output written by hand ----------------------------------------------
@@ -140,46 +132,33 @@ def test_ollama_lines_are_the_json_objects():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_whole(name):
+@settings(max_examples=40, deadline=None)
+@given(points=CUT_POINTS)
+def test_each_way(name, points):
+    """Each body fed whole, one byte at a time and in random splits gives its hand-written
+    frames."""
     body, expected = EXPECTED[name]
-    assert decode([body]) == expected
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_one_byte_at_a_time(name):
-    body, expected = EXPECTED[name]
-    assert decode(bytewise(body)) == expected
+    assert feed_each_way(decoder(), body, points) == expected
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(NAMES), points=st.lists(st.integers(0, 10_000), max_size=40))
-def test_random_splits(name, points):
-    body, expected = EXPECTED[name]
-    assert decode(split_at(body, points)) == expected
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    name=st.sampled_from(NAMES),
-    points=st.lists(st.integers(0, 10_000), max_size=20),
-    limit=st.integers(1, 160),
-)
+@given(name=st.sampled_from(NAMES), points=CUT_POINTS, limit=st.integers(1, 160))
 def test_chunking_independent_with_small_limits(name, points, limit):
-    body = EXPECTED[name][0]
-    assert decode(split_at(body, points), max_line_bytes=limit) == decode([body], max_line_bytes=limit)
+    """Oversize detection and recovery do not depend on where chunks are cut either."""
+    feed_each_way(decoder(limit), EXPECTED[name][0], points)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     lines=st.lists(st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=30), max_size=8),
     crlf=st.booleans(),
-    points=st.lists(st.integers(0, 10_000), max_size=20),
+    points=CUT_POINTS,
 )
 def test_generated_lines(lines, crlf, points):
     eol = "\r\n" if crlf else "\n"
     body = "".join(line + eol for line in lines).encode()
     expected = [fr(line, len(line.encode()) + len(eol)) for line in lines if line.strip(" \t")]
-    assert decode(split_at(body, points)) == expected
+    assert feed_each_way(decoder(), body, points) == expected
 
 
 # -- line ends --------------------------------------------------------------------------------

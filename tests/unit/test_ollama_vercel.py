@@ -44,9 +44,9 @@ from observer.events import (
     UsageEvent,
 )
 from observer.records import RequestFacts, Violation
+from observer.response import ResponseSpec
 from observer.wire.frames import Framing, JSONFrame
 from observer.wire.sse import SSEEvent
-from observer.response import ResponseSpec
 from tests.wirefeed import observe
 
 UI_REQUEST = (
@@ -266,7 +266,7 @@ def test_ollama_adapter_tool_call_id_string_arguments_and_plain_done():
     their ``id`` and string ``arguments`` as sent, and ``stop`` after them is ``tool_use``."""
     a = OllamaAdapter()
     call = '{"id":"call_1","function":{"name":"f","arguments":"{\\"a\\": 1}"}}'
-    out = a.on_message(line('{"message":{"tool_calls":[%s]}}' % call))
+    out = a.on_message(line('{"message":{"tool_calls":[' + call + "]}}"))
     out += a.on_message(line('{"done":true}'))
     assert out == [ToolCallEvent(None, 0, "call_1", "f", '{"a": 1}'), StreamEnd(None)]
     b = OllamaAdapter()
@@ -347,7 +347,7 @@ def test_v5_delta_before_start_and_block_ids_per_type():
      ("error", "error"), ("other", "other")],
 )  # fmt: skip
 def test_v5_finish_reasons(reason, canonical):
-    out = VercelUIAdapter().on_message(sse('{"type":"finish","finishReason":"%s"}' % reason))
+    out = VercelUIAdapter().on_message(sse('{"type":"finish","finishReason":"' + reason + '"}'))
     assert out == [StopEvent(None, canonical, reason)]
 
 
@@ -355,7 +355,7 @@ def test_v5_message_metadata_model_and_usage():
     a = VercelUIAdapter()
     out = a.on_message(sse('{"type":"message-metadata","messageMetadata":{"model":"m","promptTokens":3}}'))
     too_big = 2**63
-    out += a.on_message(sse('{"type":"message-metadata","messageMetadata":{"usage":{"outputTokens":%d}}}' % too_big))
+    out += a.on_message(sse('{"type":"message-metadata","messageMetadata":{"usage":{"outputTokens":' + str(too_big) + "}}}"))
     out += a.on_message(sse('{"type":"message-metadata","messageMetadata":"x"}'))
     out += a.on_message(sse('{"type":"start","messageId":7}'))
     out += a.on_message(sse('{"type":"start","messageId":"again"}'))

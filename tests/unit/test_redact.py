@@ -273,9 +273,9 @@ def test_long_names_and_long_queries_are_bounded():
 
 
 def test_redact_record_covers_the_stream_request_id_and_violation_details():
-    from observer.records import Exchange, Violation, ViolationKind
-
     from datetime import datetime, timezone
+
+    from observer.records import Exchange, Violation, ViolationKind
 
     rec = Exchange(id="r", dialect="llm-stream-1.0", scheme="https", host="h", port=443, path="/", method="POST",
                    http_version="HTTP/1.1", started_at=datetime(2026, 11, 30, tzinfo=timezone.utc))  # fmt: skip

@@ -26,10 +26,10 @@ from observer.config import (
     proxy_option_values,
     settings_from_options,
 )
+from observer.dialects.registry import DialectRegistry, default_registry
 from observer.errors import ConfigError
 from observer.limits import Limits
 from observer.settings_table import markdown, replace_table
-from observer.dialects.registry import DialectRegistry, default_registry
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT_SUFFIXES = {"bytes": "_bytes", "chars": "_chars", "MiB": "_mb", "ms": "_ms", "µs": "_us", "port": "_port"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from observer.records import Violation
 from observer.wire.sse import SSEDecoder, SSEEvent
+from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wire" / "sse"
 UNTERMINATED = "unterminated_final_event"
@@ -22,23 +24,13 @@ def ev(data: str, size: int, event: str = "", id: str | None = None, retry: int 
 
 
 def decode(chunks, *, max_event_bytes: int = 1 << 20, close: bool = True) -> list:
-    d = SSEDecoder(max_event_bytes=max_event_bytes)
-    out: list = []
-    for c in chunks:
-        out += d.feed(c)
-    if close:
-        out += d.close()
-    return out
+    """Everything one decoder returns for ``chunks`` (``tests.wirefeed.feed``)."""
+    return feed(SSEDecoder(max_event_bytes=max_event_bytes), chunks, close=close)
 
 
-def bytewise(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
-
-
-def split_at(data: bytes, points: list[int]) -> list[bytes]:
-    cuts = sorted({p % (len(data) + 1) for p in points})
-    bounds = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])]
+def decoder(max_event_bytes: int = 1 << 20) -> Callable[[], SSEDecoder]:
+    """A factory of fresh decoders for ``tests.wirefeed.feed_each_way``."""
+    return lambda: SSEDecoder(max_event_bytes=max_event_bytes)
 
 
 def kinds(out: list) -> list[str]:
@@ -99,44 +91,36 @@ def test_fixture_sizes_add_up():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_fixture_whole(name):
-    assert decode([fixture(name)]) == EXPECTED[name]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_fixture_one_byte_at_a_time(name):
-    assert decode(bytewise(fixture(name))) == EXPECTED[name]
-
-
-@settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(NAMES), points=st.lists(st.integers(0, 10_000), max_size=40))
-def test_fixture_random_splits(name, points):
-    assert decode(split_at(fixture(name), points)) == EXPECTED[name]
+@settings(max_examples=40, deadline=None)
+@given(points=CUT_POINTS)
+def test_fixture_each_way(name, points):
+    """Each fixture fed whole, one byte at a time and in random splits gives its hand-written
+    events."""
+    assert feed_each_way(decoder(), fixture(name), points) == EXPECTED[name]
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     name=st.sampled_from(NAMES),
-    points=st.lists(st.integers(0, 10_000), max_size=20),
+    points=CUT_POINTS,
     limit=st.integers(1, 80),
 )
 def test_chunking_independent_with_small_limits(name, points, limit):
-    # Oversize detection and recovery must not depend on where chunks are cut either.
-    data = fixture(name)
-    assert decode(split_at(data, points), max_event_bytes=limit) == decode([data], max_event_bytes=limit)
+    """Oversize detection and recovery do not depend on where chunks are cut either."""
+    feed_each_way(decoder(limit), fixture(name), points)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     name=st.sampled_from(COMPLETE_NAMES),
     garbage=st.binary(min_size=1, max_size=64).filter(lambda b: b"\r" not in b and b"\n" not in b),
-    points=st.lists(st.integers(0, 10_000), max_size=20),
+    points=CUT_POINTS,
 )
 def test_trailing_garbage_gives_same_events_before_it(name, garbage, points):
-    # h11 style: what was complete before the garbage comes out unchanged.
+    """h11 style: what was complete before trailing garbage comes out unchanged."""
     expected = EXPECTED[name]
-    assert decode(split_at(fixture(name) + garbage, points), close=False) == expected
-    out = decode(split_at(fixture(name) + garbage, points))
+    assert feed_each_way(decoder(), fixture(name) + garbage, points, close=False) == expected
+    out = feed_each_way(decoder(), fixture(name) + garbage, points)
     assert out[: len(expected)] == expected
     assert kinds(out[len(expected) :]) in ([UNTERMINATED], ["event", UNTERMINATED])
 

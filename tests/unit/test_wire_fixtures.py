@@ -13,7 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer.dialects.registry import default_registry
-from tests.wirefeed import assert_matches, cases, dialect_dirs, load, observe_case, split_at, view_of
+from tests.wirefeed import (
+    CUT_POINTS,
+    assert_matches,
+    bytewise,
+    cases,
+    dialect_dirs,
+    load,
+    observe_case,
+    split_at,
+    view_of,
+)
 
 CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
 IDS = [f"{d}/{c}" for d, c in CASES]
@@ -45,12 +55,12 @@ def test_whole(dialect, case):
 def test_byte_by_byte(dialect, case):
     """One byte per chunk gives the same record (CR/LF, UTF-8 and JSON split everywhere)."""
     c = load(dialect, case)
-    assert_matches(observe_case(c, [c.body[i : i + 1] for i in range(len(c.body))]), c.expected)
+    assert_matches(observe_case(c, bytewise(c.body)), c.expected)
 
 
 @pytest.mark.parametrize(("dialect", "case"), CASES, ids=IDS)
 @settings(max_examples=40, deadline=None)
-@given(points=st.lists(st.integers(min_value=0, max_value=6000), max_size=40))
+@given(points=CUT_POINTS)
 def test_random_splits(dialect, case, points):
     """Any chunking gives the same record."""
     c = load(dialect, case)
