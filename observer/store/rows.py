@@ -83,10 +83,13 @@ class _Mapping:
         env[f"_{cls.__name__}"] = cls
         written = list(fixed)
         for key in keys(cls):
+            if key.kind is Kind.RECORDS and prefix:
+                raise TypeError(f"{cls.__name__}.{key.name}: a list inside a list item has no table")
             written.extend(column for column, _ in self.write(key, "x"))
-        if sorted(written) != sorted(self.columns):
-            extra = sorted(self.columns - set(written))
-            raise TypeError(f"{table.name}: columns {extra} written by no key of {cls.__name__} (or written twice)")
+        twice = sorted({c for c in written if written.count(c) > 1})
+        unwritten = sorted(self.columns - set(written))
+        if twice or unwritten:
+            raise TypeError(f"{table.name}: columns {unwritten} written by no key of {cls.__name__}, {twice} twice")
 
     def own_column(self, key: Key) -> str | None:
         """The column holding the key itself (``None``: flattened, a child table, not stored)."""
@@ -152,16 +155,22 @@ def _item(row: str, column: str) -> str:
     return f"{row}[{column!r}]"
 
 
+def _children(env: dict[str, Any]) -> dict[str, _Mapping]:
+    """List key of ``Exchange`` -> the mapping of its child table (the relationship of that name)."""
+    out: dict[str, _Mapping] = {}
+    relationships = ExchangeRow.__mapper__.relationships
+    for key in keys(Exchange):
+        if key.kind is Kind.RECORDS and key.record is not None:
+            if key.name not in relationships:
+                raise TypeError(f"Exchange.{key.name}: no relationship {key.name!r} on ExchangeRow")
+            table = relationships[key.name].mapper.local_table
+            out[key.name] = _Mapping(key.record, table, f"{key.name}.", _CHILD_COLUMNS, env)
+    return out
+
+
 _ENV: dict[str, Any] = {"_str": str, "_rfc3339": rfc3339}
 _EXCHANGES = _Mapping(Exchange, ExchangeRow.__table__, "", (), _ENV)
-#: List key of ``Exchange`` -> its child table's mapping (the relationship of that name).
-_CHILDREN: dict[str, _Mapping] = {}
-for _key in keys(Exchange):
-    if _key.kind is Kind.RECORDS and _key.record is not None:
-        if _key.name not in ExchangeRow.__mapper__.relationships:
-            raise TypeError(f"Exchange.{_key.name}: no relationship {_key.name!r} on ExchangeRow")
-        _table = ExchangeRow.__mapper__.relationships[_key.name].mapper.local_table
-        _CHILDREN[_key.name] = _Mapping(_key.record, _table, f"{_key.name}.", _CHILD_COLUMNS, _ENV)
+_CHILDREN = _children(_ENV)
 
 #: The generated source of every mapping, by function name (for reading and debugging).
 SOURCES: dict[str, str] = {}
@@ -231,8 +240,10 @@ def _summary() -> tuple[str, tuple[str, ...]]:
             entries.append((name, f"None if (v := {_EXCHANGES.read(key, 'm', get)}) is None else v.to_dict()"))
         elif key.kind is Kind.RECORD:
             entries.append((name, f"{_EXCHANGES.read(key, 'm', get)}.to_dict()"))
+        elif key.kind is Kind.RECORDS:
+            raise TypeError(f"SUMMARY_KEYS: {name} is a list of records (child rows), not a column")
         else:
-            entries.append((name, _EXCHANGES.read(key, "m", get) or get("m", name)))
+            entries.append((name, get("m", _EXCHANGES.own_column(key) or name)))
     if "id" not in read or "started_at" not in read:  # the page cursor's columns
         raise TypeError("SUMMARY_KEYS must include id and started_at")
     return dict_display(entries), tuple(dict.fromkeys(read))

@@ -157,7 +157,7 @@ def test_a_field_without_a_column_fails_at_derivation() -> None:
         index: int
 
     wide = sa.Table("t", sa.MetaData(), sa.Column("index", sa.Integer), sa.Column("extra", sa.Text))
-    with pytest.raises(TypeError, match=r"columns \['extra'\] written by no key of One"):
+    with pytest.raises(TypeError, match=r"columns \['extra'\] written by no key of One, \[\] twice"):
         rows._Mapping(One, wide, "", (), {})
 
 
