@@ -4,6 +4,11 @@ Names follow the draft "A Standard Wire Format for LLM Inference Streaming" (dra
 types and fields: ``stream.start``, ``content.delta``, ``seq``, ``stop_reason``, ``usage``) and
 the record field names fixed by the skeleton issue (``GET /v1/exchanges/{id}``).
 
+The record classes are the one declaration of the record's shape: ``to_dict``/``from_dict``
+(the JSON of the store's spool and of the API), the store's rows (``observer.store.rows``) and
+the API schemas' check (``tests/unit/test_schemas.py``) are derived from their fields
+(``observer.shape``).
+
 This module is pure: no I/O, no clock, no third-party imports.
 """
 
@@ -13,6 +18,22 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from observer.shape import AS_STR, Shaped, derived, rfc3339, shaped, sorted_by
+
+__all__ = [
+    "Block",
+    "ErrorInfo",
+    "Exchange",
+    "Outcome",
+    "RequestFacts",
+    "ToolCall",
+    "Usage",
+    "Violation",
+    "ViolationKind",
+    "rfc3339",
+    "utc_from_epoch",
+]
 
 
 class Outcome(enum.StrEnum):
@@ -71,21 +92,20 @@ class ViolationKind(enum.StrEnum):
     INCOMPLETE_REQUEST = "incomplete_request"  # the exchange ended before the request body was received
 
 
+@shaped
 @dataclass(slots=True, frozen=True)
-class Violation:
+class Violation(Shaped):
     """One recorded violation: ``kind`` (a ``ViolationKind`` value), the stream ``seq`` it
     concerns (``None`` when it is not tied to an event), and a human-readable ``detail``."""
 
-    kind: str
+    kind: str = field(metadata=AS_STR)
     seq: int | None = None
     detail: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": str(self.kind), "seq": self.seq, "detail": self.detail}
 
-
+@shaped
 @dataclass(slots=True)
-class Block:
+class Block(Shaped):
     """One content block of the response: ``index`` as on the wire, ``type`` (``"text"``),
     its concatenated ``text`` and the ``stop_reason`` of its ``content.stop`` (draft §5.3)."""
 
@@ -94,12 +114,10 @@ class Block:
     text: str = ""
     stop_reason: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "type": self.type, "text": self.text, "stop_reason": self.stop_reason}
 
-
+@shaped
 @dataclass(slots=True)
-class ToolCall:
+class ToolCall(Shaped):
     """One tool invocation requested by the model (draft §5.3 ``tool.call``).
 
     ``arguments`` is the JSON-encoded argument string exactly as streamed (never re-serialised);
@@ -112,18 +130,10 @@ class ToolCall:
     arguments: str = ""
     declared: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "id": self.id,
-            "name": self.name,
-            "arguments": self.arguments,
-            "declared": self.declared,
-        }
 
-
+@shaped
 @dataclass(slots=True)
-class Usage:
+class Usage(Shaped):
     """Token usage (draft §5.3 ``usage``): counts in tokens, ``None`` when not reported —
     never a made-up 0. ``reported`` is true once any usage event arrived."""
 
@@ -131,23 +141,19 @@ class Usage:
     output_tokens: int | None = None
     reported: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "reported": self.reported}
 
-
+@shaped
 @dataclass(slots=True)
-class ErrorInfo:
+class ErrorInfo(Shaped):
     """A generation error carried by the stream (draft §5.3 ``error``): ``code`` and ``message``."""
 
     code: str | None
     message: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message}
 
-
+@shaped(lenient=True)
 @dataclass(slots=True)
-class RequestFacts:
+class RequestFacts(Shaped):
     """What the request said, as recorded: the request envelope of draft §4.2 with binary parts
     reduced to type and size.
 
@@ -162,6 +168,8 @@ class RequestFacts:
     identifier the request carried, where the vendor has one (``enduser.id``). ``request_id``:
     the client's own correlation id where the dialect defines one (draft §4.6
     ``metadata.request_id``; vendor metadata is free-form and defines none).
+
+    ``from_dict`` gives keys missing from older records their defaults (``lenient``).
     """
 
     version: str | None = None
@@ -177,47 +185,6 @@ class RequestFacts:
     end_user: str | None = None
     request_id: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "stream": self.stream,
-            "model": self.model,
-            "messages": self.messages,
-            "tools": self.tools,
-            "parameters": self.parameters,
-            "metadata": self.metadata,
-            "extensions": self.extensions,
-            "body_bytes": self.body_bytes,
-            "tool_names": self.tool_names,
-            "end_user": self.end_user,
-            "request_id": self.request_id,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RequestFacts:
-        """The inverse of ``to_dict``; keys missing from older records take their defaults."""
-        return cls(
-            version=d.get("version"),
-            stream=d.get("stream"),
-            model=d.get("model"),
-            messages=d.get("messages", []),
-            tools=d.get("tools", []),
-            parameters=d.get("parameters", {}),
-            metadata=d.get("metadata", {}),
-            extensions=d.get("extensions", []),
-            body_bytes=d.get("body_bytes", 0),
-            tool_names=d.get("tool_names", []),
-            end_user=d.get("end_user"),
-            request_id=d.get("request_id"),
-        )
-
-
-def rfc3339(ts: datetime | None) -> str | None:
-    """Formats an aware datetime as RFC 3339 UTC with microseconds and a ``Z`` suffix."""
-    if ts is None:
-        return None
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
 
 def utc_from_epoch(epoch_s: float | None) -> datetime | None:
     """Converts seconds since the Unix epoch to an aware UTC datetime (``None`` passes through)."""
@@ -226,85 +193,54 @@ def utc_from_epoch(epoch_s: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch_s, tz=timezone.utc)
 
 
+@shaped
 @dataclass(slots=True)
-class Exchange:
+class Exchange(Shaped):
     """The audit record of one observed LLM request/response exchange.
 
     Field names are fixed (users and tests depend on them); ``to_dict`` gives the JSON shape of
-    ``GET /v1/exchanges/{id}``. Times: ``started_at``/``ended_at`` aware UTC datetimes
-    (serialised RFC 3339), ``ttft_s`` seconds from the request's start to the first generated
-    text. ``response_body`` holds the (capped) body of a non-2xx answer; ``transport_error`` the
-    proxy's raw error message when the connection failed (mitmproxy ``flow.error.msg``).
+    ``GET /v1/exchanges/{id}``, keys in field order (``scheme``, ``port`` and ``status_code`` are
+    keyword-only so that they can stand where the record shows them). Times: ``started_at``/
+    ``ended_at`` aware UTC datetimes (serialised RFC 3339), ``ttft_s`` seconds from the request's
+    start to the first generated text. ``response_body`` holds the (capped) body of a non-2xx
+    answer; ``transport_error`` the proxy's raw error message when the connection failed
+    (mitmproxy ``flow.error.msg``). ``from_dict`` (the spool's replay) needs every key.
     """
 
     id: str
     dialect: str
+    scheme: str = field(default="http", kw_only=True)
     host: str
+    port: int | None = field(default=None, kw_only=True)
     path: str
     method: str
     http_version: str
+    status_code: int | None = field(default=None, kw_only=True)
     started_at: datetime
-    scheme: str = "http"
-    port: int | None = None
-    status_code: int | None = None
     ended_at: datetime | None = None
     ttft_s: float | None = None
     request_id: str | None = None
     request: RequestFacts = field(default_factory=RequestFacts)
     model: str | None = None
-    blocks: list[Block] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list, metadata=sorted_by("index"))
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
     stop_reason_raw: str | None = None
     error: ErrorInfo | None = None
-    outcome: str = Outcome.TRUNCATED
+    outcome: str = field(default=Outcome.TRUNCATED, metadata=AS_STR)
     violations: list[Violation] = field(default_factory=list)
     response_body: str | None = None
     transport_error: str | None = None
     response_bytes: int = 0
     events: int = 0
 
-    @property
+    @derived(after="request")
     def request_model(self) -> str | None:
         """The model the client asked for (``request.model``)."""
         return self.request.model
 
-    @property
+    @derived(after="model")
     def text(self) -> str:
         """All text blocks joined in ``index`` order."""
         return "".join(b.text for b in sorted(self.blocks, key=lambda b: b.index) if b.type == "text")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready record (``GET /v1/exchanges/{id}``)."""
-        return {
-            "id": self.id,
-            "dialect": self.dialect,
-            "scheme": self.scheme,
-            "host": self.host,
-            "port": self.port,
-            "path": self.path,
-            "method": self.method,
-            "http_version": self.http_version,
-            "status_code": self.status_code,
-            "started_at": rfc3339(self.started_at),
-            "ended_at": rfc3339(self.ended_at),
-            "ttft_s": self.ttft_s,
-            "request_id": self.request_id,
-            "request": self.request.to_dict(),
-            "request_model": self.request_model,
-            "model": self.model,
-            "text": self.text,
-            "blocks": [b.to_dict() for b in sorted(self.blocks, key=lambda b: b.index)],
-            "tool_calls": [t.to_dict() for t in self.tool_calls],
-            "usage": self.usage.to_dict(),
-            "stop_reason": self.stop_reason,
-            "stop_reason_raw": self.stop_reason_raw,
-            "error": self.error.to_dict() if self.error else None,
-            "outcome": str(self.outcome),
-            "violations": [v.to_dict() for v in self.violations],
-            "response_body": self.response_body,
-            "transport_error": self.transport_error,
-            "response_bytes": self.response_bytes,
-            "events": self.events,
-        }

@@ -9,11 +9,11 @@ declared tool names and the client's correlation id. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
 
 from observer.limits import DEFAULT_LIMITS, Limits
 from observer.reassembly import EndCause
-from observer.records import Block, ErrorInfo, Exchange, Outcome, ToolCall, Usage, Violation, utc_from_epoch
+from observer.records import ErrorInfo, Exchange, Outcome, Violation, utc_from_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,30 +60,28 @@ class StreamEnd:
         return self.ended_at_s if self.ended_at_s is not None else self.now_s
 
 
-@dataclass(slots=True)
-class ResponseFacts:
-    """What one response's parse found: the response-side fields of ``observer.records.Exchange``,
-    with the same names, types and defaults (``assemble`` copies each of them by name)."""
-
-    ended_at: object = None  # aware UTC datetime
-    ttft_s: float | None = None
-    request_id: str | None = None
-    model: str | None = None
-    blocks: list[Block] = field(default_factory=list)
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    stop_reason: str | None = None
-    stop_reason_raw: str | None = None
-    error: ErrorInfo | None = None
-    outcome: str = Outcome.TRUNCATED
-    violations: list[Violation] = field(default_factory=list)
-    response_body: str | None = None
-    transport_error: str | None = None
-    response_bytes: int = 0
-    events: int = 0
+# The response side of the record: the ``Exchange`` fields a response's parse decides.
+RESPONSE_FIELDS = ("ended_at", "ttft_s", "request_id", "model", "blocks", "tool_calls", "usage", "stop_reason",
+                   "stop_reason_raw", "error", "outcome", "violations", "response_body", "transport_error",
+                   "response_bytes", "events")  # fmt: skip
 
 
-RESPONSE_FIELDS = tuple(f.name for f in fields(ResponseFacts))
+def _response_field(f: Field) -> tuple[str, object, Field]:
+    if f.default_factory is not MISSING:
+        return f.name, f.type, field(default_factory=f.default_factory)
+    return f.name, f.type, field(default=f.default)
+
+
+# What one response's parse found: ``observer.records.Exchange``'s ``RESPONSE_FIELDS``, with
+# their names, types and defaults taken from that one declaration (a dataclass made from it, so
+# the two cannot drift); ``assemble`` copies each into the record by name.
+ResponseFacts = make_dataclass(
+    "ResponseFacts",
+    [_response_field(f) for f in fields(Exchange) if f.name in RESPONSE_FIELDS],
+    slots=True,
+    module=__name__,
+)
+ResponseFacts.__doc__ = "What one response's parse found: the response-side fields of ``observer.records.Exchange``."
 
 
 def no_response_facts(end: StreamEnd, request_id: str | None) -> ResponseFacts:

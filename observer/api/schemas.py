@@ -1,15 +1,22 @@
 """Public response schemas of the query API (what OpenAPI documents).
 
-Separate from the table models (``observer.store.models``). ``ExchangeOut`` mirrors
-``observer.records.Exchange.to_dict()`` key for key; times are RFC 3339 UTC strings with
-microseconds exactly as ``observer.records.rfc3339`` writes them.
+Separate from the table models (``observer.store.models``). ``ExchangeOut`` and the models it
+nests mirror ``observer.records.Exchange.to_dict()`` key for key, written here with their
+descriptions; ``tests/unit/test_schemas.py`` derives the expected keys and types from the record
+classes and fails on any difference (a record field missing here). ``ExchangeSummary`` is
+derived: the ``ExchangeOut`` fields that ``observer.store.rows.SUMMARY_KEYS`` lists, in that
+order. Times are RFC 3339 UTC strings with microseconds exactly as ``observer.shape.rfc3339``
+writes them.
 """
 
 from __future__ import annotations
 
+from copy import copy
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from observer.store.rows import SUMMARY_KEYS
 
 _TIME = {"format": "date-time", "examples": ["2025-06-01T12:00:00.123456Z"]}
 
@@ -80,37 +87,6 @@ class RequestOut(_Schema):
     request_id: str | None = Field(description="The client's own correlation id (draft §4.6 metadata.request_id)")
 
 
-class ExchangeSummary(_Schema):
-    """One item of ``GET /v1/exchanges``: the record without request, content and violations."""
-
-    id: str
-    dialect: str
-    scheme: str = Field(description="url.scheme")
-    host: str = Field(description="server.address")
-    port: int | None = Field(description="server.port")
-    path: str
-    method: str
-    status_code: int | None
-    started_at: str = Field(json_schema_extra=_TIME)
-    ended_at: str | None = Field(json_schema_extra=_TIME)
-    ttft_s: float | None = Field(description="Seconds from request start to first generated text")
-    request_id: str | None
-    request_model: str | None = Field(description="gen_ai.request.model")
-    end_user: str | None = Field(description="enduser.id (as the request carried it)")
-    model: str | None = Field(description="gen_ai.response.model")
-    usage: UsageOut
-    stop_reason: str | None
-    error: ErrorInfoOut | None
-    outcome: str = Field(examples=["completed"])
-    response_bytes: int
-    events: int
-
-
-class ExchangePage(_Schema):
-    items: list[ExchangeSummary]
-    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
-
-
 class ExchangeOut(_Schema):
     """The full audit record of one exchange (``observer.records.Exchange.to_dict()``)."""
 
@@ -125,7 +101,7 @@ class ExchangeOut(_Schema):
     status_code: int | None
     started_at: str = Field(json_schema_extra=_TIME)
     ended_at: str | None = Field(json_schema_extra=_TIME)
-    ttft_s: float | None
+    ttft_s: float | None = Field(description="Seconds from request start to first generated text")
     request_id: str | None
     request: RequestOut
     request_model: str | None = Field(description="gen_ai.request.model")
@@ -143,3 +119,29 @@ class ExchangeOut(_Schema):
     transport_error: str | None
     response_bytes: int
     events: int
+
+
+def _summary_schema() -> type[_Schema]:
+    """``ExchangeSummary``: the ``ExchangeOut`` fields ``SUMMARY_KEYS`` lists, in that order,
+    plus the summary's own ``end_user`` (the column copied from ``request.end_user``)."""
+    own: dict[str, Any] = {"end_user": (str | None, Field(description="enduser.id (as the request carried it)"))}
+    fields = {
+        key: own[key] if key in own else (ExchangeOut.model_fields[key].annotation, copy(ExchangeOut.model_fields[key]))
+        for key in SUMMARY_KEYS
+    }
+    model: type[_Schema] = create_model(  # type: ignore[call-overload]
+        "ExchangeSummary",
+        __base__=_Schema,
+        __module__=__name__,
+        __doc__="One item of ``GET /v1/exchanges``: the record without request, content and violations.",
+        **fields,
+    )
+    return model
+
+
+ExchangeSummary = _summary_schema()
+
+
+class ExchangePage(_Schema):
+    items: list[ExchangeSummary]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")

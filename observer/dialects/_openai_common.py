@@ -1,6 +1,7 @@
 """Pieces shared by the two OpenAI dialects (``openai.chat``, ``openai.responses``): reading the
 request envelope both APIs have in common, reducing inline base64 payloads, error objects,
-``sequence_number`` checks and small JSON helpers.
+``sequence_number`` checks and small JSON helpers (what other dialects share too is in
+``observer.dialects.toolkit``).
 
 Sources: OpenAI API reference "Chat Completions" and "Responses" (request bodies: ``model``,
 ``stream``, ``metadata``, ``user`` (deprecated) / ``safety_identifier``, content parts
@@ -17,27 +18,16 @@ from urllib.parse import unquote_to_bytes
 
 import orjson
 
-from observer.dialects.standard import base64_decoded_size
+from observer.dialects.toolkit import INT64_MAX, base64_decoded_size, count, is_int, load_request
 from observer.events import ErrorEvent, UsageEvent
 from observer.records import RequestFacts, Violation, ViolationKind
 
 V = ViolationKind
-INT64_MAX = 2**63 - 1
 
 # Keys recorded in their own RequestFacts field by both dialects (never copied to parameters).
 COMMON_FIELDS = frozenset({"model", "stream", "tools", "metadata", "user", "safety_identifier"})
 REDUCE_DEPTH = 100  # levels of nesting ``reduce_binary`` walks (well under the recursion limit)
 _URL_KEYS = frozenset({"url", "image_url"})  # chat ``image_url.url``; Responses ``input_image.image_url``
-
-
-def is_int(v: Any) -> bool:
-    """A JSON integer (not a boolean) that fits a signed 64-bit column."""
-    return isinstance(v, int) and not isinstance(v, bool) and -INT64_MAX - 1 <= v <= INT64_MAX
-
-
-def count(v: Any) -> int | None:
-    """A non-negative JSON integer (a token count), else ``None``."""
-    return v if is_int(v) and v >= 0 else None
 
 
 def usage_event(usage: dict[str, Any], in_key: str, out_key: str, seq: int | None, out: list[Any]) -> None:
@@ -71,20 +61,6 @@ def arguments(v: Any) -> str:
     if isinstance(v, (dict, list)):
         return orjson.dumps(v).decode()
     return ""
-
-
-def load_object(data: str, out: list[Any], what: str) -> dict[str, Any] | None:
-    """The JSON object in ``data``; on failure ``None`` and an ``invalid_json`` /
-    ``invalid_event`` violation (naming ``what``) appended to ``out``."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        out.append(Violation(V.INVALID_JSON, None, f"{what}: {exc}"))
-        return None
-    if not isinstance(obj, dict):
-        out.append(Violation(V.INVALID_EVENT, None, f"{what}: data is not a JSON object"))
-        return None
-    return obj
 
 
 def error_event(seq: int | None, err: Any) -> ErrorEvent:
@@ -165,13 +141,9 @@ def read_envelope(
     Returns (the JSON object or ``None``, facts, ``invalid_request`` violations). Never raises.
     """
     facts = RequestFacts(body_bytes=len(body))
-    violations: list[Violation] = []
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        return None, facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
-    if not isinstance(doc, dict):
-        return None, facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+    doc, violations = load_request(body)
+    if doc is None:
+        return None, facts, violations
 
     model = doc.get("model")
     facts.model = model if isinstance(model, str) else None
@@ -190,17 +162,6 @@ def read_envelope(
     skip = COMMON_FIELDS | frozenset(own_fields)
     facts.parameters = {k: reduce_binary(v) for k, v in doc.items() if k not in skip}
     return doc, facts, violations
-
-
-def read_tools(doc: dict[str, Any], key: str, violations: list[Violation]) -> list[dict[str, Any]]:
-    """The tool objects under ``key`` as sent (non-objects dropped); a non-array value gives
-    ``invalid_request``."""
-    tools = doc.get(key)
-    if isinstance(tools, list):
-        return [t for t in tools if isinstance(t, dict)]
-    if tools is not None:
-        violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not an array"))
-    return []
 
 
 class SequenceCheck:

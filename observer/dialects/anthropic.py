@@ -48,9 +48,15 @@ from urllib.parse import unquote
 import orjson
 
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
-from observer.dialects.standard import base64_decoded_size
+from observer.dialects.toolkit import (
+    Out,
+    base64_decoded_size,
+    check_messages,
+    load_request,
+    read_tools,
+    tool_names,
+)
 from observer.events import (
-    CanonicalEvent,
     ContentDelta,
     ErrorEvent,
     StopEvent,
@@ -83,8 +89,6 @@ PARAMETER_KEYS = (
 TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 REASONING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
-Out = list[CanonicalEvent | Violation]
-
 
 class AnthropicDialect(DialectBase):
     """Anthropic Messages: ``POST .../v1/messages`` (any proxy prefix, query ignored) and Vertex
@@ -104,7 +108,7 @@ class AnthropicDialect(DialectBase):
         """Reads a Messages request body (see the module docstring for what goes where).
         Never raises: malformed input gives ``invalid_request`` violations."""
         facts = RequestFacts(body_bytes=len(body), stream=False)
-        doc, violations = _load_object(body)
+        doc, violations = load_request(body)
         if doc is None:
             facts.stream = None
             return facts, violations
@@ -119,7 +123,10 @@ class AnthropicDialect(DialectBase):
         facts.model = path_model or (model if isinstance(model, str) else None)
         facts.stream = _stream_flag(doc, violations)
         facts.messages = _messages(doc, violations)
-        _tools(doc, facts, violations)
+        # Client tools {name, description, input_schema} and server tools {type, name, ...}
+        # both declare a name; a tool_use/server_tool_use block uses it.
+        facts.tools = read_tools(doc, "tools", violations)
+        facts.tool_names = tool_names(facts.tools)
         facts.parameters = {k: doc[k] for k in PARAMETER_KEYS if k in doc}
         metadata = doc.get("metadata")
         if isinstance(metadata, dict):
@@ -146,16 +153,6 @@ def vertex_model(path: str) -> str | None:
     return model
 
 
-def _load_object(body: bytes) -> tuple[dict[str, Any] | None, list[Violation]]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        return None, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
-    if not isinstance(doc, dict):
-        return None, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
-    return doc, []
-
-
 def _stream_flag(doc: dict[str, Any], violations: list[Violation]) -> bool | None:
     """``stream``: absent means false (the API default)."""
     stream = doc.get("stream", False)
@@ -174,24 +171,11 @@ def _messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
         out.append({"role": "system", "content": strip_base64(system)})
     messages = doc.get("messages")
     if isinstance(messages, list):
-        bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
-        if bad:
-            violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
+        check_messages(messages, violations)
         out.extend(strip_base64(m) for m in messages)
     elif messages is not None:
         violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
     return out
-
-
-def _tools(doc: dict[str, Any], facts: RequestFacts, violations: list[Violation]) -> None:
-    """Client tools ``{name, description, input_schema}`` and server tools ``{type, name, ...}``
-    both declare a ``name``; a ``tool_use``/``server_tool_use`` block uses it."""
-    tools = doc.get("tools")
-    if isinstance(tools, list):
-        facts.tools = [t for t in tools if isinstance(t, dict)]
-        facts.tool_names = [t["name"] for t in facts.tools if isinstance(t.get("name"), str)]
-    elif tools is not None:
-        violations.append(Violation(V.INVALID_REQUEST, None, "tools is not an array"))
 
 
 def strip_base64(value: Any) -> Any:

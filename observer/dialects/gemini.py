@@ -86,9 +86,8 @@ from urllib.parse import unquote
 import orjson
 
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
-from observer.dialects.standard import base64_decoded_size
+from observer.dialects.toolkit import Out, base64_decoded_size, load_request, read_tools
 from observer.events import (
-    CanonicalEvent,
     ContentDelta,
     ErrorEvent,
     ModelEvent,
@@ -125,8 +124,6 @@ NOT_CLOSED = "function call not closed"
 # one jsonPath segment after "$": .name | [index] | ['key'] / ["key"]
 PATH_SEGMENT = re.compile(r"\.([^.\[\]]+)|\[(\d{1,9})\]|\[(['\"])(.*?)\3\]", re.S)
 
-Out = list[CanonicalEvent | Violation]
-
 
 class GeminiDialect(DialectBase):
     """Gemini ``POST .../models/{model}:streamGenerateContent`` and ``:generateContent`` (Gemini
@@ -155,13 +152,9 @@ class GeminiDialect(DialectBase):
             path = unquote(request.path_only)
             facts.model = path_model(path)
             facts.stream = path.endswith(STREAM_VERB) if facts.model is not None else None
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            return facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
-        if not isinstance(doc, dict):
-            return facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
-        violations: list[Violation] = []
+        doc, violations = load_request(body)
+        if doc is None:
+            return facts, violations
         facts.messages = _messages(doc, violations)
         _tools(doc, facts, violations)
         facts.parameters = _parameters(doc, violations)
@@ -211,13 +204,7 @@ def _messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
 def _tools(doc: dict[str, Any], facts: RequestFacts, violations: list[Violation]) -> None:
     """``tools: [{functionDeclarations: [{name, description, parameters}]}, {googleSearch: {}}, ...]``;
     only function declarations have names a ``functionCall`` can use."""
-    tools = doc.get("tools")
-    if tools is None:
-        return
-    if not isinstance(tools, list):
-        violations.append(Violation(V.INVALID_REQUEST, None, "tools is not an array"))
-        return
-    facts.tools = [t for t in tools if isinstance(t, dict)]
+    facts.tools = read_tools(doc, "tools", violations)
     for tool in facts.tools:
         for key in DECLARATION_KEYS:
             decls = tool.get(key)

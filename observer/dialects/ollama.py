@@ -20,10 +20,9 @@ from typing import Any
 import orjson
 
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
-from observer.dialects.standard import base64_decoded_size
+from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, check_messages, count, load_request
 from observer.dialects.vercel import is_ui_request, parse_ui_request
 from observer.events import (
-    CanonicalEvent,
     ContentDelta,
     ErrorEvent,
     ModelEvent,
@@ -45,10 +44,8 @@ DONE_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 TOOL_USE = "tool_use"  # a `stop` answer that produced tool calls (as Ollama's openai.go does)
 # Top-level request fields that are generation settings (recorded in `parameters` beside `options`).
 TOP_LEVEL_PARAMETERS = ("format", "think", "keep_alive", "raw", "logprobs", "top_logprobs")
-INT64_MAX = 2**63 - 1  # token counts must fit the store's BIGINT; larger ones are invalid
 
 V = ViolationKind
-Out = list[CanonicalEvent | Violation]
 
 
 class OllamaDialect(DialectBase):
@@ -89,15 +86,11 @@ class OllamaDialect(DialectBase):
         shaped like an AI SDK UI request gets none. Never raises.
         """
         facts = RequestFacts(body_bytes=len(body), stream=True)
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            return facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
-        if not isinstance(doc, dict):
-            return facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+        doc, violations = load_request(body)
+        if doc is None:
+            return facts, violations
         if is_ui_request(doc):
             return parse_ui_request(body), []
-        violations: list[Violation] = []
         facts.model = _typed(doc, "model", str, violations)
         stream = _typed(doc, "stream", bool, violations)
         facts.stream = True if doc.get("stream") is None else stream  # absent or null: streamed
@@ -127,11 +120,8 @@ def _typed(doc: dict[str, Any], key: str, kind: type, violations: list[Violation
         return None
     if isinstance(value, kind):
         return value
-    violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not {_JSON_NAMES[kind]}"))
+    violations.append(Violation(V.INVALID_REQUEST, None, f"{key} is not {JSON_NAMES[kind]}"))
     return None
-
-
-_JSON_NAMES = {str: "a string", bool: "a boolean", list: "an array", dict: "an object"}
 
 
 def _images(images: Any) -> Any:
@@ -151,9 +141,7 @@ def _chat_messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any
     messages = _typed(doc, "messages", list, violations)
     if messages is None:
         return []
-    bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
-    if bad:
-        violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
+    check_messages(messages, violations)
     return [_chat_message(m) for m in messages]
 
 
@@ -322,10 +310,9 @@ def _delta(source: dict[str, Any], key: str, index: int, block_type: str, out: O
 
 
 def _count(obj: dict[str, Any], key: str, out: Out) -> int | None:
+    """``obj[key]`` as a token count (``toolkit.count``); present but not one: ``invalid_event``."""
     v = obj.get(key)
-    if v is None:
-        return None
-    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX:
-        return v
-    out.append(Violation(V.INVALID_EVENT, None, f"{key} is not an integer in 0..2^63-1"))
-    return None
+    tokens = count(v)
+    if tokens is None and v is not None:
+        out.append(Violation(V.INVALID_EVENT, None, f"{key} is not an integer in 0..2^63-1"))
+    return tokens

@@ -29,19 +29,16 @@ from typing import Any
 from urllib.parse import unquote
 
 from observer.dialects._openai_common import (
-    INT64_MAX,
     arguments,
     call_id,
     error_event,
-    is_int,
-    load_object,
     read_envelope,
-    read_tools,
     reduce_binary,
     text,
     usage_event,
 )
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.toolkit import INT64_MAX, check_messages, is_int, load_object, read_tools
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -113,9 +110,7 @@ class OpenAIChatDialect(DialectBase):
         messages = doc.get("messages")
         if isinstance(messages, list):
             facts.messages = [reduce_binary(m) for m in messages]
-            bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
-            if bad:
-                violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
+            check_messages(messages, violations)
         elif messages is None:
             violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: messages"))
         else:

@@ -30,20 +30,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from observer.dialects._openai_common import (
-    INT64_MAX,
     SequenceCheck,
     arguments,
     call_id,
     error_event,
-    is_int,
-    load_object,
     read_envelope,
-    read_tools,
     reduce_binary,
     text,
     usage_event,
 )
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.toolkit import INT64_MAX, is_int, load_object, read_tools
 from observer.events import (
     CanonicalEvent,
     ContentDelta,

@@ -14,6 +14,15 @@ from typing import Any
 import orjson
 
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.toolkit import (
+    INT64_MAX,
+    base64_decoded_size,
+    check_messages,
+    is_int,
+    load_request,
+    read_tools,
+    tool_names,
+)
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -31,7 +40,6 @@ from observer.wire.frames import Framing
 MEDIA_TYPE = "application/llm-request+json"
 SUPPORTED_VERSION = "1.0"
 SEQ_SAFE_MAX = 2**53  # draft §8.4: beyond the JSON/JavaScript safe integer limit
-INT64_MAX = 2**63 - 1  # draft §8.4 "SHOULD use 64-bit integers"; the store's BIGINT columns
 BINARY_PART_TYPES = frozenset({"image", "document", "audio"})  # draft §4.3 content parts
 
 V = ViolationKind
@@ -59,12 +67,9 @@ class StandardDialect(DialectBase):
         violations: list[Violation] = []
         if request is not None and request.method != "POST":
             violations.append(Violation(V.INVALID_REQUEST, None, f"method {request.method} (draft §3: POST)"))
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            return facts, [Violation(V.INVALID_REQUEST, None, f"request body is not JSON: {exc}")]
-        if not isinstance(doc, dict):
-            return facts, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
+        doc, problems = load_request(body)
+        if doc is None:
+            return facts, problems
 
         missing = [k for k in ("version", "stream", "model", "messages") if k not in doc]
         if missing:
@@ -87,17 +92,11 @@ class StandardDialect(DialectBase):
         messages = doc.get("messages")
         if isinstance(messages, list):
             facts.messages = [_message(m) for m in messages]
-            bad = sum(1 for m in messages if not isinstance(m, dict) or not isinstance(m.get("role"), str))
-            if bad:
-                violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} message(s) without an object and role"))
+            check_messages(messages, violations)
         elif messages is not None:
             violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
-        tools = doc.get("tools")
-        if isinstance(tools, list):
-            facts.tools = [t for t in tools if isinstance(t, dict)]
-            facts.tool_names = [t["name"] for t in facts.tools if isinstance(t.get("name"), str)]
-        elif tools is not None:
-            violations.append(Violation(V.INVALID_REQUEST, None, "tools is not an array"))
+        facts.tools = read_tools(doc, "tools", violations)
+        facts.tool_names = tool_names(facts.tools)
         for key in ("parameters", "metadata"):
             value = doc.get(key)
             if isinstance(value, dict):
@@ -140,16 +139,6 @@ def _part(p: Any) -> Any:
     data = p["data"]
     out["data_bytes"] = base64_decoded_size(data) if isinstance(data, str) else None
     return out
-
-
-def base64_decoded_size(data: str) -> int:
-    """Decoded size in bytes of a base64 string (RFC 4648 §4), computed without decoding:
-    3 bytes per 4 characters (floor, so unpadded input works too), minus one per ``=`` pad;
-    whitespace ignored."""
-    chars = len(data) - sum(data.count(c) for c in " \t\r\n")
-    stripped = data.rstrip(" \t\r\n")
-    pad = min(2, len(stripped) - len(stripped.rstrip("=")))
-    return max(0, chars * 3 // 4 - pad)
 
 
 class StandardAdapter(AdapterBase):
@@ -241,7 +230,7 @@ class StandardAdapter(AdapterBase):
 
     def _check_seq(self, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> int | None:
         seq = obj.get("seq")
-        if not _is_int(seq) or seq < 0:
+        if not is_int(seq) or seq < 0:
             out.append(Violation(V.INVALID_EVENT, None, f"seq is not a non-negative 64-bit integer: {seq!r}"))
             return None
         if seq > SEQ_SAFE_MAX and not self._exhausted:
@@ -267,11 +256,6 @@ class StandardAdapter(AdapterBase):
             out.append(Violation(V.UNSUPPORTED_VERSION, seq, f"event v {v!r}"))
 
 
-def _is_int(v: Any) -> bool:
-    """A JSON integer that fits a signed 64-bit column (bigger ones are invalid, not stored)."""
-    return isinstance(v, int) and not isinstance(v, bool) and -INT64_MAX - 1 <= v <= INT64_MAX
-
-
 def _str(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], *, required: bool = True) -> str | None:
     v = obj.get(key)
     if isinstance(v, str):
@@ -283,7 +267,7 @@ def _str(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], *, requ
 
 def _int(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], default: int | None) -> int | None:
     v = obj.get(key)
-    if _is_int(v) and v >= 0:
+    if is_int(v) and v >= 0:
         return v
     out.append(Violation(V.INVALID_EVENT, seq, f"{obj.get('type')}: {key} is not a non-negative integer"))
     return default

@@ -33,9 +33,8 @@ from typing import Any
 import orjson
 
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
-from observer.dialects.standard import base64_decoded_size
+from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, count, load_object
 from observer.events import (
-    CanonicalEvent,
     ContentDelta,
     ErrorEvent,
     ModelEvent,
@@ -64,7 +63,6 @@ FINISH_REASONS = {
     "content-filter": "content_filter",
 }
 ABORT = "abort"  # stop reason recorded for an `abort` part (canonical and raw)
-INT64_MAX = 2**63 - 1  # token counts must fit the store's BIGINT; larger ones are not counts
 # Block and tool call ids remembered per stream (count): above the record's own caps
 # (observer.limits), so the adapter's memory stays bounded on a hostile stream of fresh ids.
 MAX_TRACKED_IDS = 10_000
@@ -72,7 +70,6 @@ MAX_TRACKED_IDS = 10_000
 _DATA_URL = re.compile(r"data:[^,]*;base64,", re.IGNORECASE)
 
 V = ViolationKind
-Out = list[CanonicalEvent | Violation]
 
 
 class VercelUIDialect(DialectBase):
@@ -274,7 +271,7 @@ class VercelUIAdapter(AdapterBase):
         if data.strip() == DONE:
             out.append(StreamEnd(None))
             return out
-        obj = _json_object(data, "UI message chunk", out)
+        obj = load_object(data, out, "UI message chunk", "UI message chunk is not a JSON object")
         if obj is None:
             return out
         return self._sse_object(obj, out)
@@ -483,18 +480,6 @@ _V4: dict[str, Callable[[VercelUIAdapter, str, Any, Out], None]] = {
 }
 
 
-def _json_object(data: str, what: str, out: Out) -> dict[str, Any] | None:
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        out.append(Violation(V.INVALID_JSON, None, f"{what}: {exc}"))
-        return None
-    if not isinstance(obj, dict):
-        out.append(Violation(V.INVALID_EVENT, None, f"{what} is not a JSON object"))
-        return None
-    return obj
-
-
 def _part_object(code: str, value: Any, out: Out) -> dict[str, Any] | None:
     if isinstance(value, dict):
         return value
@@ -509,18 +494,16 @@ def _field(obj: dict[str, Any], key: str, kind: type, out: Out, code: str | None
     if isinstance(value, kind):
         return value
     where = f"data stream part {code!r}" if code is not None else str(obj.get("type"))
-    out.append(Violation(V.INVALID_EVENT, None, f"{where}: {key} is not {_JSON_NAMES[kind]}"))
+    out.append(Violation(V.INVALID_EVENT, None, f"{where}: {key} is not {JSON_NAMES[kind]}"))
     return None
 
 
-_JSON_NAMES = {str: "a string", bool: "a boolean", list: "an array", dict: "an object"}
-
-
 def _count(usage: dict[str, Any], *keys: str) -> int | None:
+    """The first of ``keys`` whose value is a token count (``toolkit.count``), else ``None``."""
     for key in keys:
-        v = usage.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX:
-            return v
+        tokens = count(usage.get(key))
+        if tokens is not None:
+            return tokens
     return None
 
 

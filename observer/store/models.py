@@ -8,7 +8,10 @@ Times are stored in UTC (``UTCDateTime``): PostgreSQL keeps ``timestamptz``; SQL
 text, which ``UTCDateTime`` turns back into aware UTC datetimes on read.
 
 Wire-derived strings (model names, stop reasons, error text, hosts, paths) are ``Text``: a
-length cap would turn an unusual upstream value into a rejected audit record.
+length cap would turn an unusual upstream value into a rejected audit record. That is the
+default of a ``str`` column (``Base.type_annotation_map``); the column shapes used more than once
+are named once (``RecordId``, ``Label``, ``BigCount``), and the key columns every child table
+shares are in ``ChildRow``.
 
 Any change here needs a new Alembic revision in ``migrations/versions``; the drift test
 (``tests/unit/test_migrations.py``) fails otherwise.
@@ -17,7 +20,7 @@ Any change here needs a new Alembic revision in ``migrations/versions``; the dri
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
 from sqlalchemy import (
     JSON,
@@ -79,9 +82,26 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 class Base(DeclarativeBase):
-    """Declarative base with the constraint naming convention used by the migrations."""
+    """Declarative base with the constraint naming convention used by the migrations and the
+    column type of each Python type (``Mapped[str]`` is ``Text``, ``Mapped[int]`` ``Integer``)."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        str: Text,
+        int: Integer,
+        bool: Boolean,
+        float: Double,
+        datetime: UTCDateTime,
+        dict[str, Any]: JSONType,
+    }
+
+
+#: A record id (UUID text): ``exchanges.id`` and the ``exchange_id`` of its child tables.
+RecordId = Annotated[str, mapped_column(String(36))]
+#: An observer-defined name (dialect, violation kind): short, from the observer's own vocabulary.
+Label = Annotated[str, mapped_column(String(64))]
+#: Counts, sizes and wire integers that may reach 2^63-1 (tokens, bytes, events, indexes, seq).
+BigCount = Annotated[int, mapped_column(BigInteger)]
 
 
 class ExchangeRow(Base):
@@ -95,43 +115,41 @@ class ExchangeRow(Base):
         {"comment": "One row per observed LLM exchange (request + streamed response)."},
     )
 
-    id: Mapped[str] = mapped_column(String(36), primary_key=True, comment="Record id (UUID) assigned by the observer")
-    dialect: Mapped[str] = mapped_column(String(64), comment="Wire dialect that decoded the stream")
+    id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Record id (UUID) assigned by the observer")
+    dialect: Mapped[Label] = mapped_column(comment="Wire dialect that decoded the stream")
     scheme: Mapped[str] = mapped_column(String(16), comment="url.scheme")
-    host: Mapped[str] = mapped_column(Text, index=True, comment="server.address")
-    port: Mapped[int | None] = mapped_column(Integer, comment="server.port")
-    path: Mapped[str] = mapped_column(Text, comment="url.path")
-    method: Mapped[str] = mapped_column(Text, comment="http.request.method")
-    http_version: Mapped[str] = mapped_column(Text, comment="network.protocol.version")
-    status_code: Mapped[int | None] = mapped_column(Integer, comment="http.response.status_code")
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime, comment="Request start (UTC)")
-    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, comment="Last byte or abort (UTC)")
+    host: Mapped[str] = mapped_column(index=True, comment="server.address")
+    port: Mapped[int | None] = mapped_column(comment="server.port")
+    path: Mapped[str] = mapped_column(comment="url.path")
+    method: Mapped[str] = mapped_column(comment="http.request.method")
+    http_version: Mapped[str] = mapped_column(comment="network.protocol.version")
+    status_code: Mapped[int | None] = mapped_column(comment="http.response.status_code")
+    started_at: Mapped[datetime] = mapped_column(comment="Request start (UTC)")
+    ended_at: Mapped[datetime | None] = mapped_column(comment="Last byte or abort (UTC)")
     ttft_s: Mapped[float | None] = mapped_column(
-        Double, comment="gen_ai.server.time_to_first_token (seconds from request start)"
+        comment="gen_ai.server.time_to_first_token (seconds from request start)"
     )
-    request_id: Mapped[str | None] = mapped_column(Text, comment="Request id carried by the stream")
-    request_model: Mapped[str | None] = mapped_column(Text, comment="gen_ai.request.model")
-    end_user: Mapped[str | None] = mapped_column(Text, index=True, comment="enduser.id (as the request carried it)")
-    model: Mapped[str | None] = mapped_column(Text, index=True, comment="gen_ai.response.model")
-    input_tokens: Mapped[int | None] = mapped_column(BigInteger, comment="gen_ai.usage.input_tokens")
-    output_tokens: Mapped[int | None] = mapped_column(BigInteger, comment="gen_ai.usage.output_tokens")
-    usage_reported: Mapped[bool] = mapped_column(Boolean, comment="A usage event was seen (counts may be null)")
-    text: Mapped[str] = mapped_column(Text, comment="All text blocks joined in index order")
-    stop_reason: Mapped[str | None] = mapped_column(Text, comment="gen_ai.response.finish_reasons (normalised)")
-    stop_reason_raw: Mapped[str | None] = mapped_column(Text, comment="Stop reason as the vendor sent it")
-    error_reported: Mapped[bool] = mapped_column(
-        Boolean, comment="The stream carried an error event (code/message may be null)"
-    )
-    error_code: Mapped[str | None] = mapped_column(Text, comment="error.type")
-    error_message: Mapped[str | None] = mapped_column(Text, comment="Error message carried by the stream")
+    request_id: Mapped[str | None] = mapped_column(comment="Request id carried by the stream")
+    request_model: Mapped[str | None] = mapped_column(comment="gen_ai.request.model")
+    end_user: Mapped[str | None] = mapped_column(index=True, comment="enduser.id (as the request carried it)")
+    model: Mapped[str | None] = mapped_column(index=True, comment="gen_ai.response.model")
+    input_tokens: Mapped[BigCount | None] = mapped_column(comment="gen_ai.usage.input_tokens")
+    output_tokens: Mapped[BigCount | None] = mapped_column(comment="gen_ai.usage.output_tokens")
+    usage_reported: Mapped[bool] = mapped_column(comment="A usage event was seen (counts may be null)")
+    text: Mapped[str] = mapped_column(comment="All text blocks joined in index order")
+    stop_reason: Mapped[str | None] = mapped_column(comment="gen_ai.response.finish_reasons (normalised)")
+    stop_reason_raw: Mapped[str | None] = mapped_column(comment="Stop reason as the vendor sent it")
+    error_reported: Mapped[bool] = mapped_column(comment="The stream carried an error event (code/message may be null)")
+    error_code: Mapped[str | None] = mapped_column(comment="error.type")
+    error_message: Mapped[str | None] = mapped_column(comment="Error message carried by the stream")
     outcome: Mapped[str] = mapped_column(String(32), index=True, comment="completed, error, client_aborted, ...")
-    response_body: Mapped[str | None] = mapped_column(Text, comment="Capped body of a non-2xx answer")
-    transport_error: Mapped[str | None] = mapped_column(Text, comment="Proxy error when the connection failed")
-    response_bytes: Mapped[int] = mapped_column(BigInteger, comment="Response body bytes seen on the wire")
-    events: Mapped[int] = mapped_column(BigInteger, comment="Canonical events decoded from the stream")
-    request: Mapped[dict[str, Any]] = mapped_column(JSONType, comment="Request facts (observer.records.RequestFacts)")
+    response_body: Mapped[str | None] = mapped_column(comment="Capped body of a non-2xx answer")
+    transport_error: Mapped[str | None] = mapped_column(comment="Proxy error when the connection failed")
+    response_bytes: Mapped[BigCount] = mapped_column(comment="Response body bytes seen on the wire")
+    events: Mapped[BigCount] = mapped_column(comment="Canonical events decoded from the stream")
+    request: Mapped[dict[str, Any]] = mapped_column(comment="Request facts (observer.records.RequestFacts)")
     created_at: Mapped[datetime] = mapped_column(
-        UTCDateTime, server_default=func.now(), comment="Insert time on the database clock (UTC)"
+        server_default=func.now(), comment="Insert time on the database clock (UTC)"
     )
 
     blocks: Mapped[list[BlockRow]] = relationship(
@@ -145,49 +163,47 @@ class ExchangeRow(Base):
     )
 
 
-class BlockRow(Base):
+class ChildRow:
+    """The key of every child table of ``exchanges``: the record and the item's place in its
+    list (an ``Exchange`` list field, e.g. ``blocks``; ``observer.store.rows``)."""
+
+    exchange_id: Mapped[RecordId] = mapped_column(
+        ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True, sort_order=-1
+    )
+    position: Mapped[int] = mapped_column(primary_key=True, sort_order=-1, comment="Order within the record")
+
+
+class BlockRow(ChildRow, Base):
     """One content block of a response (``observer.records.Block``)."""
 
     __tablename__ = "exchange_blocks"
     __table_args__ = {"comment": "Content blocks of a response, in record order."}
 
-    exchange_id: Mapped[str] = mapped_column(
-        String(36), ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
-    )
-    position: Mapped[int] = mapped_column(Integer, primary_key=True, comment="Order within the record")
-    index: Mapped[int] = mapped_column(BigInteger, comment="Block index as on the wire")
-    type: Mapped[str] = mapped_column(Text)
-    text: Mapped[str] = mapped_column(Text)
-    stop_reason: Mapped[str | None] = mapped_column(Text)
+    index: Mapped[BigCount] = mapped_column(comment="Block index as on the wire")
+    type: Mapped[str]
+    text: Mapped[str]
+    stop_reason: Mapped[str | None]
 
 
-class ToolCallRow(Base):
+class ToolCallRow(ChildRow, Base):
     """One tool invocation requested by the model (``observer.records.ToolCall``)."""
 
     __tablename__ = "exchange_tool_calls"
     __table_args__ = {"comment": "Tool calls requested by the model, in record order."}
 
-    exchange_id: Mapped[str] = mapped_column(
-        String(36), ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
-    )
-    position: Mapped[int] = mapped_column(Integer, primary_key=True, comment="Order within the record")
-    index: Mapped[int | None] = mapped_column(BigInteger, comment="Tool call index as on the wire")
-    call_id: Mapped[str | None] = mapped_column(Text, comment="gen_ai.tool.call.id")
-    name: Mapped[str | None] = mapped_column(Text, comment="gen_ai.tool.name")
-    arguments: Mapped[str] = mapped_column(Text, comment="gen_ai.tool.call.arguments, exactly as streamed")
-    declared: Mapped[bool] = mapped_column(Boolean, comment="Name was among the request's declared tools")
+    index: Mapped[BigCount | None] = mapped_column(comment="Tool call index as on the wire")
+    call_id: Mapped[str | None] = mapped_column(comment="gen_ai.tool.call.id")
+    name: Mapped[str | None] = mapped_column(comment="gen_ai.tool.name")
+    arguments: Mapped[str] = mapped_column(comment="gen_ai.tool.call.arguments, exactly as streamed")
+    declared: Mapped[bool] = mapped_column(comment="Name was among the request's declared tools")
 
 
-class ViolationRow(Base):
+class ViolationRow(ChildRow, Base):
     """One protocol or lifecycle violation (``observer.records.Violation``)."""
 
     __tablename__ = "exchange_violations"
     __table_args__ = {"comment": "Protocol and lifecycle violations, in record order."}
 
-    exchange_id: Mapped[str] = mapped_column(
-        String(36), ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True
-    )
-    position: Mapped[int] = mapped_column(Integer, primary_key=True, comment="Order within the record")
-    kind: Mapped[str] = mapped_column(String(64), index=True, comment="observer.records.ViolationKind value")
-    seq: Mapped[int | None] = mapped_column(BigInteger, comment="Stream seq concerned (may exceed 2^53)")
-    detail: Mapped[str] = mapped_column(Text)
+    kind: Mapped[Label] = mapped_column(index=True, comment="observer.records.ViolationKind value")
+    seq: Mapped[BigCount | None] = mapped_column(comment="Stream seq concerned (may exceed 2^53)")
+    detail: Mapped[str]

@@ -10,6 +10,9 @@ message has ``event`` (SSE ``event`` field; ``""`` where the framing has none) a
 - ``json_array``: the elements of one streamed top-level JSON array (``observer.wire.jsonarray``):
   Gemini ``streamGenerateContent`` without ``alt=sse``.
 - ``json``: the whole body as one message, at the end (``WholeBodyFramer``): non-streaming answers.
+
+Also what the line and array framers share: ``positive_size`` (their bound's check) and
+``nbytes`` (sizes in violation details).
 """
 
 from __future__ import annotations
@@ -18,6 +21,18 @@ import enum
 from dataclasses import dataclass
 
 from observer.records import Violation, ViolationKind
+
+
+def positive_size(value: object, name: str) -> int:
+    """``value`` if it is a positive int (not a bool); else ``ValueError`` naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def nbytes(n: int) -> str:
+    """A size for a violation detail: ``"1 byte"``, ``"N bytes"``."""
+    return "1 byte" if n == 1 else f"{n} bytes"
 
 
 class Framing(enum.StrEnum):

@@ -63,7 +63,7 @@ import re
 
 from observer.records import Violation, ViolationKind
 from observer.wire.bom import LeadingBOM
-from observer.wire.frames import JSONFrame
+from observer.wire.frames import JSONFrame, nbytes, positive_size
 
 __all__ = ["JSONArrayDecoder"]
 
@@ -114,10 +114,6 @@ def _show(c: int) -> str:
     return repr(chr(c)) if 0x20 <= c < 0x7F else f"0x{c:02x}"
 
 
-def _nbytes(n: int) -> str:
-    return "1 byte" if n == 1 else f"{n} bytes"
-
-
 class JSONArrayDecoder:
     """Incremental framer of the top-level elements of one streamed JSON array (RFC 8259).
 
@@ -149,9 +145,7 @@ class JSONArrayDecoder:
 
     def __init__(self, max_element_bytes: int = 1 << 20) -> None:
         """Raises ``ValueError`` if ``max_element_bytes`` is not a positive int."""
-        if not isinstance(max_element_bytes, int) or isinstance(max_element_bytes, bool) or max_element_bytes <= 0:
-            raise ValueError(f"max_element_bytes must be a positive int, got {max_element_bytes!r}")
-        self._max = max_element_bytes
+        self._max = positive_size(max_element_bytes, "max_element_bytes")
         self._closed = False
         # Bytes seen at the very start while they may still be a split BOM; None once settled.
         self._bom = LeadingBOM()
@@ -219,10 +213,10 @@ class JSONArrayDecoder:
             if self._skip:
                 detail = "stream ended inside an array element already reported as oversize; no closing ']'"
             else:
-                pending = _nbytes(self._base - self._elem_at)
+                pending = nbytes(self._base - self._elem_at)
                 detail = f"stream ended inside an array element ({pending} pending, not framed); no closing ']'"
         elif state in (_FIRST, _NEXT, _AFTER, _RESYNC_ST):
-            pending = _nbytes(self._base - self._frame_from)
+            pending = nbytes(self._base - self._frame_from)
             detail = f"stream ended before the closing ']' of the array ({pending} pending, no element open)"
         else:
             detail = ""

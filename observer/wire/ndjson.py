@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from observer.records import Violation, ViolationKind
 from observer.wire.bom import LeadingBOM
-from observer.wire.frames import JSONFrame
+from observer.wire.frames import JSONFrame, nbytes, positive_size
 
 __all__ = ["NDJSONDecoder"]
 
@@ -60,10 +60,6 @@ _CR = 0x0D
 _LF = 0x0A
 # RFC 8259 §2 insignificant whitespace minus LF (LF cannot occur inside a line).
 _JSON_WS = b" \t\r"
-
-
-def _nbytes(n: int) -> str:
-    return "1 byte" if n == 1 else f"{n} bytes"
 
 
 class NDJSONDecoder:
@@ -88,9 +84,7 @@ class NDJSONDecoder:
 
     def __init__(self, max_line_bytes: int = 1 << 20) -> None:
         """Raises ``ValueError`` if ``max_line_bytes`` is not a positive int."""
-        if not isinstance(max_line_bytes, int) or isinstance(max_line_bytes, bool) or max_line_bytes <= 0:
-            raise ValueError(f"max_line_bytes must be a positive int, got {max_line_bytes!r}")
-        self._max = max_line_bytes
+        self._max = positive_size(max_line_bytes, "max_line_bytes")
         self._closed = False
         # Bytes seen at the very start of the stream while they may still be a split BOM; None
         # once the BOM question is settled (at most 2 bytes are ever held here).
@@ -182,7 +176,7 @@ class NDJSONDecoder:
                     Violation(
                         kind=ViolationKind.UNTERMINATED_FINAL_EVENT,
                         seq=None,
-                        detail=f"stream ended without a line feed after the final line ({_nbytes(len(raw))})",
+                        detail=f"stream ended without a line feed after the final line ({nbytes(len(raw))})",
                     )
                 )
         return out

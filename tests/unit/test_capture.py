@@ -263,3 +263,23 @@ def test_dependencies_point_inward():
     mitm = sorted(p.name for p in (root / "capture").glob("*.py") if any(n.split(".")[0] == "mitmproxy"
                                                                         for n in _imports(p)))  # fmt: skip
     assert mitm == ["hooks.py"]
+
+
+def test_response_facts_are_the_records_response_side():
+    """``ResponseFacts`` is made from ``Exchange``'s declaration: the same names, types and
+    defaults for every response field, and every field of the record is either the request
+    side's (the skeleton's) or the response's."""
+    from dataclasses import fields
+
+    from observer.records import Exchange
+    from observer.response import RESPONSE_FIELDS
+
+    record = {f.name: f for f in fields(Exchange)}
+    facts = fields(ResponseFacts)
+    assert tuple(f.name for f in facts) == RESPONSE_FIELDS
+    for f in facts:
+        assert (f.type, f.default, f.default_factory) == (record[f.name].type, record[f.name].default,
+                                                          record[f.name].default_factory)  # fmt: skip
+    request_side = {"id", "dialect", "scheme", "host", "port", "path", "method", "http_version", "status_code",
+                    "started_at", "request"}  # fmt: skip
+    assert set(record) == request_side | set(RESPONSE_FIELDS)
