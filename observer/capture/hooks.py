@@ -57,8 +57,8 @@ class LLMAudit:
     ``running`` and closed in ``done``. ``registry``: the dialect registry factory
     (``"package.module:function"``, ``observer.dialects.registry.load_registry``; default: the
     ``observer_dialect_registry`` option), which the worker process builds too; a
-    ``DialectRegistry`` object is used as it is, in-process only (a worker cannot rebuild it). ``worker``: parse in a worker process (``None``: the
-    ``observer_worker`` option decides)."""
+    ``DialectRegistry`` object is used as it is, in-process only (a worker cannot rebuild it).
+    ``worker``: parse in a worker process (``None``: the ``observer_worker`` option decides)."""
 
     def __init__(
         self, sink: Sink | None = None, registry: DialectRegistry | str | None = None, worker: bool | None = None
@@ -131,8 +131,11 @@ class LLMAudit:
         try:
             settings = settings_from_options(ctx.options)
             if not self._registry_given and settings.dialect_registry != self._registry_factory:
+                if isinstance(self._backend, FailoverBackend):
+                    raise ConfigError("observer_dialect_registry cannot change while the worker runs; restart the proxy")
                 self._registry = load_registry(settings.dialect_registry)
                 self._registry_factory = settings.dialect_registry
+                self._backend = self._flows.backend = InProcessBackend(self._registry, self._flows.on_facts)
         except ConfigError as exc:
             raise exceptions.OptionsError(str(exc)) from exc
         except (ImportError, AttributeError, ValueError, TypeError) as exc:

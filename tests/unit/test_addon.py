@@ -579,3 +579,21 @@ def test_request_parameters_too_big_to_check_for_credentials_are_dropped_with_a_
         ("oversize_request", f"request parameters: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
                              "not kept (not checked for credentials in bounded time)")
     ]  # fmt: skip
+
+
+def test_the_dialect_registry_option_chooses_the_dialects():
+    """``observer_dialect_registry`` names the registry factory: with one that knows only OpenAI
+    chat, a draft-format request passes unobserved; a name that cannot be imported is refused."""
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon) as tctx:
+        f = llm_flow()
+        addon.requestheaders(f)
+        assert METADATA_KEY in f.metadata  # the default registry knows the draft's media type
+        tctx.configure(addon, observer_dialect_registry="tests.unit.test_capture:only_openai_chat")
+        g = llm_flow()
+        addon.requestheaders(g)
+        assert METADATA_KEY not in g.metadata and g.request.stream is True
+        with pytest.raises(exceptions.OptionsError, match="observer_dialect_registry: ModuleNotFoundError"):
+            tctx.configure(addon, observer_dialect_registry="no_such_module:registry")
+        with pytest.raises(exceptions.OptionsError, match="observer_dialect_registry must be"):
+            tctx.configure(addon, observer_dialect_registry="not a name")
