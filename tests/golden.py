@@ -10,7 +10,8 @@ not a statement of what is right (the hand-written ``*.expected.json`` are that)
 Scenarios per fixture: ``eof`` (the whole body in 37-byte chunks, then ``response``),
 ``abort`` (the first half, then ``error`` "Client disconnected"), and ``bad_request`` (as
 ``eof``, the request body not JSON: request-side violations beside the response's). Run
-``python -m tests.golden --write`` to write them (only on purpose: a record change must be
+``python -m tests.golden --missing`` to write the golden records of new fixtures only, and
+``python -m tests.golden --write`` to rewrite them all (only on purpose: a record change must be
 reviewed by eye before the files are rewritten).
 """
 
@@ -128,20 +129,26 @@ def dumps(record: dict[str, Any]) -> str:
     return json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write() -> int:
+def write(missing_only: bool) -> int:
+    """Writes the golden records (``missing_only``: of the fixtures that have none); 1 when the
+    two modes disagree on a record."""
     inproc, worker = records(False), records(True)
+    written = 0
     for key, rec in inproc.items():
         if worker[key] != rec:
             print(f"{key}: the worker's record differs from the in-process one", file=sys.stderr)
             return 1
         path = golden_path(*key)
+        if missing_only and path.exists():
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(rec), encoding="utf-8")
-    print(f"wrote {len(inproc)} golden records to {GOLDEN}")
+        written += 1
+    print(f"wrote {written} golden records to {GOLDEN}")
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m tests.golden --write")
-    sys.exit(write())
+    if sys.argv[1:] not in (["--write"], ["--missing"]):
+        sys.exit("usage: python -m tests.golden --write | --missing")
+    sys.exit(write(missing_only=sys.argv[1] == "--missing"))

@@ -17,7 +17,7 @@ def made(request) -> dict:
 def test_every_fixture_has_golden_records(made):
     assert len(made) == 3 * len(all_cases())
     missing = [k for k in made if not golden_path(*k).exists()]
-    assert missing == []
+    assert missing == [], "new fixtures: write (and review) their golden records with python -m tests.golden --missing"
 
 
 def test_records_equal_the_golden_records(made):
