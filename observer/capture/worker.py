@@ -80,15 +80,21 @@ def serve(data_fd: int, records_fd: int, registry_factory: str = DEFAULT_REGISTR
     """The worker's loop: reads frames from ``data_fd`` until ``Stop`` or EOF, applies them
     (``WorkerCore``) and writes the answers to ``records_fd`` (blocking: the parent reads them
     from its event loop). Returns the exit status: 0 after ``Stop``, 1 after EOF without it (the
-    parent went away), a corrupt frame or a registry that cannot be built."""
+    parent went away), a corrupt frame or a registry that cannot be built. Closes
+    ``records_fd`` when it returns (the proxy then reads EOF)."""
     try:
         core = WorkerCore(registry_factory)
     except Exception:  # noqa: BLE001 - the proxy sees the exit and observes in-process
         log.error("observer worker: cannot build the dialect registry %s", registry_factory, exc_info=True)
+        os.close(records_fd)
         return 1
-    reader = FrameReader()
-    out = os.fdopen(records_fd, "wb", buffering=0)
     set_pipe_size(records_fd)
+    with os.fdopen(records_fd, "wb", buffering=0) as out:
+        return _loop(core, data_fd, out)
+
+
+def _loop(core: WorkerCore, data_fd: int, out) -> int:
+    reader = FrameReader()
     while True:
         try:
             data = os.read(data_fd, READ_BYTES)

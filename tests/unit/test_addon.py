@@ -597,3 +597,29 @@ def test_the_dialect_registry_option_chooses_the_dialects():
             tctx.configure(addon, observer_dialect_registry="no_such_module:registry")
         with pytest.raises(exceptions.OptionsError, match="observer_dialect_registry must be"):
             tctx.configure(addon, observer_dialect_registry="not a name")
+
+
+def test_without_a_sink_the_addon_writes_to_its_store(tmp_path):
+    """No ``sink``: ``running`` migrates the ``observer_db`` store and starts the writer; the
+    stream's record is in the store once ``done`` has closed it."""
+    from observer.store.store import AuditStore
+
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    addon = LLMAudit(worker=False)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_db=url, observer_gc_freeze=False)
+        addon.running()
+        f = llm_flow()
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+        addon.done()
+    store = AuditStore(url)
+    try:
+        (item,), _ = store.list()
+        rec = store.get(item["id"])
+    finally:
+        store.dispose()
+    assert (rec["text"], rec["outcome"], rec["path"]) == (
+        "The weather in Vienna is 24C and sunny.", "completed", "/v1/stream?key=REDACTED&x=1"
+    )
+    assert addon.records_submitted == 1 and addon.records_dropped == 0

@@ -283,3 +283,73 @@ def test_response_facts_are_the_records_response_side():
     request_side = {"id", "dialect", "scheme", "host", "port", "path", "method", "http_version", "status_code",
                     "started_at", "request"}  # fmt: skip
     assert set(record) == request_side | set(RESPONSE_FIELDS)
+
+
+def _serve(frames: bytes, registry: str = "observer.dialects.registry:default_registry",
+           close: bool = True) -> tuple[int, list]:  # fmt: skip
+    """Runs the worker's loop (``serve``) in a thread on two real pipes: writes ``frames`` (then
+    closes the data pipe when ``close``) and returns its exit status and every answer."""
+    import os
+    import threading
+
+    from observer.capture.messages import FrameReader
+    from observer.capture.worker import serve
+
+    d_r, d_w = os.pipe()
+    r_r, r_w = os.pipe()
+    status: list[int] = []
+    thread = threading.Thread(target=lambda: status.append(serve(d_r, r_w, registry)), daemon=True)
+    thread.start()
+    os.write(d_w, frames)
+    if close:
+        os.close(d_w)
+    thread.join(10)
+    assert status, "the worker loop did not end"  # (it closed r_w: the answers end with EOF)
+    answers, reader = [], FrameReader()
+    while chunk := os.read(r_r, 1 << 16):
+        answers += reader.feed(chunk)
+    os.close(r_r)
+    os.close(d_r)
+    if not close:
+        os.close(d_w)
+    return status[0], answers
+
+
+def test_the_worker_loop_answers_until_stop():
+    from observer.capture.messages import Facts, Stop, Stopped, encode
+
+    frames = b"".join(encode(m) for m in (Open("a", SPEC), Data([("a", [CHAT, T0])]), Finish("a", StreamEnd(
+        EndCause.EOF, T0 + 1)), Stop()))  # fmt: skip
+    status, answers = _serve(frames, close=False)
+    assert status == 0
+    assert [a.__class__ for a in answers] == [Facts, Stopped]
+    assert [b.text for b in answers[0].facts.blocks] == ["hi"]
+
+
+def test_the_worker_loop_ends_on_eof_a_corrupt_frame_or_a_bad_registry():
+    """EOF without ``Stop`` (the proxy went away), a frame announcing 2 GiB, a registry that
+    cannot be built: exit status 1, nothing answered. A message it does not know (or a
+    ``Finish`` of an unknown flow) is logged and the loop goes on."""
+    from observer.capture.messages import Stop, Stopped, encode
+
+    assert _serve(encode(Open("a", SPEC))) == (1, [])
+    assert _serve(b"\xff\xff\xff\x7f") == (1, [])
+    assert _serve(encode(Stop()), registry="no_such_module:registry") == (1, [])
+    status, answers = _serve(encode("not a message") + encode(Finish("x", StreamEnd(EndCause.EOF, T0)))
+                             + encode(Stop()), close=False)  # fmt: skip
+    assert status == 0 and [a.__class__ for a in answers] == [Stopped]
+
+
+def test_a_failing_finish_still_gives_facts_with_the_bytes():
+    from observer.capture.parsing import finish_observer, open_observer
+
+    obs = open_observer(default_registry(), SPEC, "open")
+    obs.feed(CHAT, T0)
+
+    def boom(end):
+        raise RuntimeError("bug")
+
+    obs.finish = boom  # type: ignore[method-assign]
+    facts = finish_observer(obs, StreamEnd(EndCause.EOF, T0 + 1, transport_error="reset"))
+    assert (facts.response_bytes, facts.transport_error) == (len(CHAT), "reset")
+    assert [(v.kind, v.detail) for v in facts.violations] == [("observer_error", "finish: RuntimeError")]
