@@ -19,6 +19,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from observer.config import OPTION_PREFIX, PROXY_SPECS, SPECS, Settings, did_you_mean, load_settings, option_setting
+from observer.dialects.registry import load_registry
 from observer.errors import ConfigError, ObserverError
 
 app = typer.Typer(help="Passive observer and compliance logger for LLM inference streams.", no_args_is_help=True)
@@ -76,6 +77,10 @@ def run(
 
     from_sets, given_as, mitm_sets = _split_sets(set_ or [], flags)
     settings = _settings(given_as, **(flags | from_sets))
+    try:
+        load_registry(settings.dialect_registry)  # before the store, the CA or the proxy: nothing started yet
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        _fail(f"invalid settings: dialect_registry {settings.dialect_registry!r}: {type(exc).__name__}: {exc}")
     try:
         check_port_free(settings.proxy_host, settings.proxy_port, "--proxy-port")
         check_port_free(settings.api_host, settings.api_port, "--api-port")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -47,12 +47,14 @@ OLD_OPTIONS = {"observer_spool": "spool_path"}
 MAX_WORKER_BUFFER_MB = 4096  # the data waiting for the worker is held in the proxy's memory
 
 
-def _setting(default: Any, help: str, *, unit: str, proxy: bool = False, secret: bool = False, **limits: Any) -> Any:
+def _setting(default: Any, help: str, *, unit: str, proxy: bool = False, secret: bool = False, form: str = "",
+             **limits: Any) -> Any:  # fmt: skip
     """One setting's declaration: a pydantic ``Field`` with its unit and where it reaches.
 
     ``proxy``: also the mitmproxy option ``observer_<name>``; ``secret``: no command-line flag
-    (other users can read a process's arguments); ``limits``: ``ge``/``le``/``min_length``/``pattern``."""
-    extra = {"unit": unit, "proxy": proxy, "secret": secret}
+    (other users can read a process's arguments); ``form``: what a valid value looks like, for
+    errors (with a ``pattern``); ``limits``: ``ge``/``le``/``min_length``/``pattern``."""
+    extra = {"unit": unit, "proxy": proxy, "secret": secret, "form": form}
     return Field(default, description=help, json_schema_extra=extra, **limits)
 
 
@@ -90,9 +92,9 @@ class Settings(BaseSettings):
     # ----- observer run: where it listens, what it keeps -----
     data_dir: Path = _setting(Path(".observer"), "Folder of the generated API token and the mitmproxy CA.", unit="path")
     confdir: Path | None = _setting(None, "mitmproxy confdir (its CA files). Unset: DATA_DIR/mitmproxy.", unit="path")
-    proxy_host: str = _setting("127.0.0.1", "Address the forward proxy binds.", unit="address")
+    proxy_host: str = _setting("127.0.0.1", "Address the forward proxy binds.", unit="address", min_length=1)
     proxy_port: int = _setting(8080, "Port of the forward proxy (0: any free port).", unit="port", ge=0, le=65535)
-    api_host: str = _setting("127.0.0.1", "Address the query API binds.", unit="address")
+    api_host: str = _setting("127.0.0.1", "Address the query API binds.", unit="address", min_length=1)
     api_port: int = _setting(8081, "Port of the query API (0: any free port).", unit="port", ge=0, le=65535)
     api_token: str | None = _setting(
         None, "Bearer token of the query API. Unset: generated once, printed once, kept in DATA_DIR/api-token.",
@@ -157,8 +159,23 @@ class Settings(BaseSettings):
     dialect_registry: str = _setting(
         DEFAULT_REGISTRY, "The dialect registry, as package.module:function returning a DialectRegistry; the"
         " proxy and its worker process both build their dialects from it.",
-        unit="import name", proxy=True, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        unit="import name", proxy=True, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", form="package.module:function",
     )  # fmt: skip
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        """No lax surprises: true/false is not a number (``worker_buffer_mb = true`` is a
+        mistake, not 1 MiB), and an empty value of an optional setting means unset, as its
+        mitmproxy option spells it (``OBSERVER_SPOOL_PATH=`` is not the working directory)."""
+        spec = SPECS.get(info.field_name or "")
+        if spec is None:
+            return value
+        if spec.kind is int and isinstance(value, bool):
+            raise ValueError("a number, not true or false")
+        if spec.optional and value == "":
+            return None
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -225,6 +242,7 @@ class SettingSpec:
     unit: str
     proxy: bool
     secret: bool
+    form: str = ""
 
     @property
     def env(self) -> str:
@@ -274,6 +292,8 @@ class SettingSpec:
             return f"{self.ge}-{self.le} ({self.unit})"
         if self.kind is int:
             return f"an integer{'' if self.ge is None else f' >= {self.ge}'} ({self.unit})"
+        if self.form:
+            return f"{self.form} ({self.unit})"
         return f"a non-empty {self.unit}" if self.nonempty else f"a value ({self.unit})"
 
 
@@ -286,7 +306,7 @@ def _spec(name: str, field: Any) -> SettingSpec:
         name=name, kind=kinds[0], optional=len(kinds) < len(members), default=field.default,
         ge=bounds.get("ge"), le=bounds.get("le"), nonempty=bool(bounds.get("min_length")),
         help=field.description or "", unit=extra.get("unit", ""), proxy=bool(extra.get("proxy")),
-        secret=bool(extra.get("secret")),
+        secret=bool(extra.get("secret")), form=str(extra.get("form", "")),
     )  # fmt: skip
 
 

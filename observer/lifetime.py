@@ -17,6 +17,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -33,6 +34,30 @@ def die_with_parent(sig: int) -> bool:
         return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def death_signal_setter(sig: int) -> Callable[[], None]:
+    """A function for ``subprocess.Popen(preexec_fn=...)`` that arms the parent-death signal
+    ``sig`` in the child before it runs its program (the signal survives ``execve``, man 2
+    prctl), so the child can never outlive the parent, not even when it is stopped before its
+    own first statement. libc is looked up here, in the parent: between fork and exec the child
+    only makes the one system call. A no-op elsewhere than Linux or without libc."""
+    if not sys.platform.startswith("linux"):
+        return _nothing
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return _nothing
+    args = (PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+    def arm() -> None:
+        prctl(*args)
+
+    return arm
+
+
+def _nothing() -> None:
+    return None
 
 
 def parent_alive(expected_ppid: int) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from observer.config import SPECS, Settings, proxy_option_values
 from observer.errors import ConfigError
-from observer.lifetime import die_with_parent
+from observer.lifetime import death_signal_setter
 
 if TYPE_CHECKING:
     from mitmproxy.tools.dump import DumpMaster
@@ -53,11 +53,7 @@ def start_api_process(settings: Settings, token: str) -> subprocess.Popen:
         sys.executable, "-m", "observer.cli", "api",
         "--host", settings.api_host, "--port", str(settings.api_port), "--db", settings.db,
     ]  # fmt: skip
-    return subprocess.Popen(cmd, env=env, preexec_fn=_api_dies_with_parent)
-
-
-def _api_dies_with_parent() -> None:
-    die_with_parent(signal.SIGTERM)
+    return subprocess.Popen(cmd, env=env, preexec_fn=death_signal_setter(signal.SIGTERM))
 
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) -> None:

@@ -26,8 +26,9 @@ class FlowState:
     """One observed flow: its ``dialect``, record skeleton ``exchange`` (HTTP and request
     facts), request ``view``, client connection id, whether the request body was read
     (``parsed``), its upload copy and stream tap, whether its backend has it (``opened``), the
-    request-side ``violations``, and the credential values redacted from the request
-    (``secrets``: in memory only, to scrub echoes of them from the record)."""
+    request-side ``violations``, and the credential values redacted from the request body
+    (``secrets``) and those of its URL query and headers (``envelope_secrets``): in memory only,
+    to scrub echoes of them from the record."""
 
     dialect: Dialect
     exchange: Exchange
@@ -40,6 +41,7 @@ class FlowState:
     finished: bool = False
     violations: list[Violation] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
+    envelope_secrets: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -133,7 +135,7 @@ class FlowTable:
         credentials in its request ids (``observer.redact.redact_record``), and submits it."""
         record = assemble(state.exchange, state.violations, facts)
         try:
-            redact_record(record, state.secrets)
+            redact_record(record, [*state.envelope_secrets, *state.secrets])
         except Exception:  # noqa: BLE001 - never lose the record
             self._failed("scrub")
         sink = self._sink

@@ -30,12 +30,13 @@ from observer.capture.batcher import TapBatcher
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
 from observer.capture.tap import StreamTap
-from observer.config import Settings, add_options, settings_from_options
+from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, did_you_mean, settings_from_options
 from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind
+from observer.redact import header_secrets
 from observer.response import ResponseSpec, StreamEnd
 
 log = logging.getLogger("observer.addon")
@@ -119,31 +120,55 @@ class LLMAudit:
             ctx.options.process_deferred()
         except exceptions.OptionsError as exc:
             self._options_error = str(exc)
-            for name in [k for k in ctx.options.deferred if k.startswith("observer_")]:
-                del ctx.options.deferred[name]
-            log.error("observer: %s; not recording", exc)
+        # What is still deferred under our prefix names no option of ours: a typo must not leave
+        # the default in force unnoticed (trial finding: --set observer_max_event_byte=1 ran on).
+        unknown = [k for k in ctx.options.deferred if k.startswith(OPTION_PREFIX)]
+        if unknown and self._options_error is None:
+            known = [spec.option for spec in PROXY_SPECS]
+            self._options_error = "; ".join(f"--set {k} is not an option{did_you_mean(k, known)}" for k in unknown)
+        if self._options_error is None:  # out of range: one line here, not configure's traceback
+            try:
+                self._check_registry(settings_from_options(ctx.options))
+            except exceptions.OptionsError as exc:
+                self._options_error = str(exc)
+            except ConfigError as exc:
+                self._options_error = str(exc)
+        for name in [k for k in ctx.options.deferred if k.startswith(OPTION_PREFIX)]:
+            del ctx.options.deferred[name]
+        if self._options_error is not None:
+            log.error("observer: %s; not recording", self._options_error)
 
     def configure(self, updated: set[str]) -> None:
         """Applies changed ``observer_*`` options (``observer.config.settings_from_options``);
         raises ``OptionsError`` naming a bad one and its range."""
-        if not any(name.startswith("observer_") for name in updated):
-            return
+        if self._options_error is not None or not any(name.startswith(OPTION_PREFIX) for name in updated):
+            return  # (a start-up error is reported once, by _apply_deferred_options, and stops the proxy)
         try:
             settings = settings_from_options(ctx.options)
-            if not self._registry_given and settings.dialect_registry != self._registry_factory:
-                if isinstance(self._backend, FailoverBackend):
-                    raise ConfigError("observer_dialect_registry cannot change while the worker runs; restart the proxy")
-                self._registry = load_registry(settings.dialect_registry)
-                self._registry_factory = settings.dialect_registry
-                self._backend = self._flows.backend = InProcessBackend(self._registry, self._flows.on_facts)
         except ConfigError as exc:
-            raise exceptions.OptionsError(str(exc)) from exc
-        except (ImportError, AttributeError, ValueError, TypeError) as exc:
-            raise exceptions.OptionsError(f"observer_dialect_registry: {type(exc).__name__}: {exc}") from exc
+            raise exceptions.OptionsError(str(exc)) from None
+        registry = self._check_registry(settings)
+        if registry is not None:
+            if isinstance(self._backend, FailoverBackend):
+                raise exceptions.OptionsError(
+                    "observer_dialect_registry cannot change while the worker runs; restart the proxy"
+                )
+            self._registry, self._registry_factory = registry, settings.dialect_registry
+            self._backend = self._flows.backend = InProcessBackend(registry, self._flows.on_facts)
         self._settings = settings
         self._limits = settings.limits
         self._batcher.interval_s = settings.tap_batch_ms / 1000.0
         self._batcher.slice_s = settings.tap_slice_us / 1e6
+
+    def _check_registry(self, settings: Settings) -> DialectRegistry | None:
+        """The registry ``settings`` name when it is not the one in use (``None``: unchanged, or
+        the addon was given its registry); raises ``OptionsError`` when it cannot be built."""
+        if self._registry_given or settings.dialect_registry == self._registry_factory:
+            return None
+        try:
+            return load_registry(settings.dialect_registry)
+        except (ImportError, AttributeError, ValueError, TypeError) as exc:
+            raise exceptions.OptionsError(f"observer_dialect_registry: {type(exc).__name__}: {exc}") from None
 
     # ----- life cycle -----
     def running(self) -> None:
@@ -224,7 +249,9 @@ class LLMAudit:
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
                 return
-            state = FlowState(dialect, _skeleton(flow, dialect), view, flow.client_conn.id)
+            removed: list[str] = header_secrets(view.headers)
+            state = FlowState(dialect, _skeleton(flow, dialect, removed), view, flow.client_conn.id,
+                              envelope_secrets=removed)  # fmt: skip
             length = view.headers.get("content-length", "")
             too_large = declared_too_large(length, self._limits)
             if too_large is not None:
@@ -367,7 +394,9 @@ class LLMAudit:
         if dialect is None or dialect is current:
             return state
         if state is None:
-            state = FlowState(dialect, _skeleton(flow, dialect), view, flow.client_conn.id)
+            removed: list[str] = header_secrets(view.headers)
+            state = FlowState(dialect, _skeleton(flow, dialect, removed), view, flow.client_conn.id,
+                              envelope_secrets=removed)  # fmt: skip
             state.parsed = True  # the request was streamed on unkept
             self._track(flow, state)
             return state
@@ -414,10 +443,11 @@ def end_cause_from_error(message: str, *, client_closed: bool = False, server_cl
     return EndCause.UPSTREAM_FAILED
 
 
-def _skeleton(flow: http.HTTPFlow, dialect: Dialect) -> Exchange:
+def _skeleton(flow: http.HTTPFlow, dialect: Dialect, removed: list[str]) -> Exchange:
     req = flow.request
     return skeleton(dialect, scheme=req.scheme, host=req.host, port=req.port, path=req.path, method=req.method,
-                    http_version=req.http_version, started_at_s=req.timestamp_start or time.time())  # fmt: skip
+                    http_version=req.http_version, started_at_s=req.timestamp_start or time.time(),
+                    removed=removed)  # fmt: skip
 
 
 def _freeze_startup_heap() -> None:

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, Stop, Stopped, encode
 from observer.capture.pipes import READ_BYTES, set_pipe_size
 from observer.dialects.registry import DEFAULT_REGISTRY
+from observer.lifetime import death_signal_setter
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 
 log = logging.getLogger("observer.capture")
@@ -119,6 +121,7 @@ class WorkerLink:
                 [self._python, "-m", "observer.capture.worker", str(d_r), str(r_w), str(os.getpid()), str(self.nice),
                  self.registry_factory],
                 pass_fds=(d_r, r_w),
+                preexec_fn=death_signal_setter(signal.SIGKILL),  # before its first statement, too
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=env,

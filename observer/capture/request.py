@@ -16,16 +16,17 @@ from observer.wire.content import LIMIT_CODE, make_decoder
 
 
 def skeleton(dialect: Dialect, *, scheme: str, host: str, port: int | None, path: str, method: str,
-             http_version: str, started_at_s: float) -> Exchange:  # fmt: skip
+             http_version: str, started_at_s: float, removed: list[str] | None = None) -> Exchange:  # fmt: skip
     """A new record (fresh id) with the exchange's HTTP facts; credentials in the path's query
-    redacted (``observer.redact.redact_path``); ``started_at_s`` epoch seconds."""
+    redacted (``observer.redact.redact_path``; the values removed are appended to ``removed``);
+    ``started_at_s`` epoch seconds."""
     return Exchange(
         id=str(uuid.uuid4()),
         dialect=dialect.name,
         scheme=scheme,
         host=host,
         port=port,
-        path=redact_path(path),
+        path=redact_path(path, removed),
         method=method,
         http_version=http_version,
         started_at=utc_from_epoch(started_at_s),

@@ -85,12 +85,16 @@ def load_registry(factory: str = DEFAULT_REGISTRY) -> DialectRegistry:
     """The registry that ``factory`` (``"package.module:function"``, a function of no arguments
     returning a ``DialectRegistry``) builds. The proxy and its worker process both build theirs
     this way, from the same string, so they always have the same dialects. Raises ``ValueError``
-    for a malformed name or a function returning something else, ``ImportError`` /
+    for a malformed name or a function that raises or returns something else, ``ImportError`` /
     ``AttributeError`` for one that does not exist."""
     module_name, sep, attr = factory.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"a dialect registry is named 'package.module:function', got {factory!r}")
-    registry = getattr(importlib.import_module(module_name), attr)()
+    factory_fn = getattr(importlib.import_module(module_name), attr)
+    try:
+        registry = factory_fn()
+    except (Exception, SystemExit) as exc:  # a function that is not a factory (``sys:exit``) must not end the proxy
+        raise ValueError(f"{factory} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(registry, DialectRegistry):
         raise ValueError(f"{factory} returned {type(registry).__name__}, not a DialectRegistry")
     return registry

@@ -467,19 +467,35 @@ def test_api_auth(proxy) -> None:
     assert api.request("/v1/exchanges/does-not-exist").status_code == 404
 
 
-def test_mitmdump_with_a_malformed_observer_option_exits_and_says_why(tmp_path):
-    """Trial finding: ``mitmdump -s addons/llm_audit.py --set observer_worker_buffer_mb=abc``
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("observer_worker_buffer_mb", "abc",
+         "observer: Failed to parse option observer_worker_buffer_mb: not an integer: abc; not recording"),
+        ("observer_worker_buffer_mb", "0", "observer: observer_worker_buffer_mb must be 1-4096 (MiB), got 0; not recording"),
+        ("observer_max_event_byte", "1", "observer: --set observer_max_event_byte is not an option (did you mean "
+                                         "observer_max_event_bytes?); not recording"),
+        ("observer_dialect_registry", "os:getcwd", "observer: observer_dialect_registry: ValueError: os:getcwd "
+                                                   "returned str, not a DialectRegistry; not recording"),
+    ],
+    ids=["unparsable", "out_of_range", "typo", "bad_registry"],
+)  # fmt: skip
+def test_mitmdump_with_a_bad_observer_option_exits_and_says_why(tmp_path, option, value, said):
+    """Trial findings: ``mitmdump -s addons/llm_audit.py --set observer_worker_buffer_mb=abc``
     printed nothing, proxied traffic and recorded none of it (mitmproxy's script loader dropped
-    the option error and the addon). Now: the reason on the log, exit code 1, no store touched."""
+    the option error and the addon); a mistyped ``observer_*`` name ran on with the default; an
+    out-of-range value printed two tracebacks. Now: one line on the log naming the option, no
+    traceback, exit code 1, no store touched."""
     import subprocess
 
     from tests.e2e.harness import REPO, MitmdumpProcess
 
     db = tmp_path / "x.db"
     m = MitmdumpProcess(REPO / "addons" / "llm_audit.py", workdir=str(tmp_path), quiet=False,
-                        sets={"observer_db": f"sqlite:///{db}", "observer_worker_buffer_mb": "abc"})  # fmt: skip
+                        sets={"observer_db": f"sqlite:///{db}", option: value})  # fmt: skip
     done = subprocess.run(m.build_argv(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert "observer: Failed to parse option observer_worker_buffer_mb: not an integer: abc; not recording" in out
+    assert said in out
+    assert "Traceback" not in out
     assert not db.exists()

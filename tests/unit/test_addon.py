@@ -623,3 +623,34 @@ def test_without_a_sink_the_addon_writes_to_its_store(tmp_path):
         "The weather in Vienna is 24C and sunny.", "completed", "/v1/stream?key=REDACTED&x=1"
     )
     assert addon.records_submitted == 1 and addon.records_dropped == 0
+
+
+@pytest.mark.parametrize(
+    ("where", "secret"),
+    [("query", "AIzaSyQUERYsecret0123456789abcdefghijk"), ("header", "hdr-secret-value-0123456789"),
+     ("unparsed body", "sk-bodySECRETunparsed0123456789")],
+)  # fmt: skip
+def test_credentials_echoed_in_an_error_body_are_not_stored(where, secret):
+    """Trial findings: an upstream's 422 that quotes the request kept a credential from the URL
+    query, from a header, or from a body the observer could not parse. Now the query's and the
+    headers' values are scrubbed like the body's, and anything shaped like a key goes too."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow("application/json")
+        f.request.path = "/v1/chat/completions"
+        f.request.content = b'{"model":"m","stream":true,"messages":[]}'
+        if where == "query":
+            f.request.path += f"?key={secret}"
+        elif where == "header":
+            f.request.headers["authorization"] = f"Bearer {secret}"
+        else:
+            f.request.content = b'{"model":"m","api_key":"' + secret.encode() + b'","metadata":' + b"[" * 1100
+        echo = f'{{"detail":"bad request","input":{{"url":"{f.request.path}","auth":"{secret}"}}}}'.encode()
+        tap = open_stream(addon, f, status=422, content_type="application/json")
+        tap(echo)
+        addon.response(f)
+    (rec,) = sink.records
+    assert rec.outcome == "http_error"
+    assert secret not in (rec.response_body or "") and secret not in rec.path
+    assert "REDACTED" in rec.response_body

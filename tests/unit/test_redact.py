@@ -293,3 +293,31 @@ def test_redact_request_leaves_request_id_for_the_stream_comparison():
     facts = RequestFacts(request_id="https://u:pw-12345678@h/r")
     redact_request(facts)
     assert facts.request_id == "https://u:pw-12345678@h/r"
+
+
+def test_redact_shaped_finds_key_shapes_anywhere_in_a_text():
+    """A credential shape inside a longer text goes; words that merely contain a prefix stay."""
+    from observer.redact import redact_shaped
+
+    text = 'error: key sk-proj-abcdefghijklmnopqrstuvwx is invalid; header "Authorization: Bearer abcdefghijklmnopqrst"'
+    assert redact_shaped(text) == 'error: key REDACTED is invalid; header "REDACTED"'
+    assert redact_shaped("task-runner sk-short and risk-assessment") == "task-runner sk-short and risk-assessment"
+    assert redact_shaped(None) is None and redact_shaped("") == ""
+
+
+def test_header_secrets_are_the_credential_headers_values():
+    from observer.redact import header_secrets
+
+    headers = {"authorization": "Bearer tok-123456789", "x-api-key": "k-987654321", "content-type": "application/json",
+               "x-goog-api-key": "g-55555555", "cookie": "session=abc123456"}  # fmt: skip
+    assert header_secrets(headers) == ["Bearer tok-123456789", "tok-123456789", "k-987654321", "g-55555555",
+                                       "session=abc123456"]  # fmt: skip
+
+
+def test_redact_shaped_is_bounded():
+    """More than ``MAX_SHAPE_CANDIDATES`` places where a shape could start: the whole text is
+    replaced rather than tried place by place on the proxy's loop."""
+    from observer.redact import MAX_SHAPE_CANDIDATES, redact_shaped
+
+    assert redact_shaped("token a " * (MAX_SHAPE_CANDIDATES + 1)) == "REDACTED"
+    assert redact_shaped("token a " * 10) == "token a " * 10

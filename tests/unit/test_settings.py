@@ -275,3 +275,20 @@ def test_unknown_environment_variable_is_a_config_error(monkeypatch):
     monkeypatch.setenv("OBSERVER_MAX_EVENT_BYTE", "65536")
     with pytest.raises(ConfigError, match=r"OBSERVER_MAX_EVENT_BYTE is not a setting \(did you mean"):
         load_settings()
+
+
+def test_lax_values_that_would_mislead_are_refused_or_mean_unset(tmp_path, monkeypatch):
+    """Trial findings: ``worker_buffer_mb = true`` in observer.toml became 1 MiB, an empty
+    ``OBSERVER_PROXY_HOST`` bound every interface, an empty ``OBSERVER_SPOOL_PATH`` spooled to
+    the working directory. Now: refused, refused, unset."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "observer.toml").write_text("worker_buffer_mb = true\n")
+    with pytest.raises(ConfigError, match=r"worker_buffer_mb in observer.toml must be 1-4096 \(MiB\), got True"):
+        load_settings()
+    (tmp_path / "observer.toml").unlink()
+    monkeypatch.setenv("OBSERVER_PROXY_HOST", "")
+    with pytest.raises(ConfigError, match="OBSERVER_PROXY_HOST must be a non-empty address, got ''"):
+        load_settings()
+    monkeypatch.delenv("OBSERVER_PROXY_HOST")
+    monkeypatch.setenv("OBSERVER_SPOOL_PATH", "")
+    assert load_settings().spool_path is None

@@ -443,15 +443,17 @@ def test_addon_worker_ignores_sigterm():
 
 def test_a_worker_dies_with_its_proxy_even_when_stopped():
     """SIGKILL of the proxy process: the kernel kills its worker (PR_SET_PDEATHSIG), also a
-    stopped one, which would otherwise stay stopped forever under PID 1 (trial finding)."""
+    stopped one, which would otherwise stay stopped forever under PID 1 (trial finding), and
+    also one stopped before its first statement ran (the signal is armed before exec: trial
+    finding, a worker stopped at once was orphaned)."""
     script = (
         "import asyncio, os, signal, sys\n"
         "from observer.capture.link import WorkerLink\n"
         "async def main():\n"
         "    link = WorkerLink(on_facts=lambda f, r: None, on_death=lambda r: None)\n"
         "    link.start(asyncio.get_running_loop())\n"
-        "    await asyncio.sleep(0.5)\n"
-        "    os.kill(link.pid, signal.SIGSTOP)\n"
+        "    os.kill(link.pid, signal.SIGSTOP)\n"  # at once: before the worker's own first statement
+
         "    print(link.pid, flush=True)\n"
         "    await asyncio.sleep(60)\n"
         "asyncio.run(main())\n"
@@ -461,6 +463,7 @@ def test_a_worker_dies_with_its_proxy_even_when_stopped():
     import time
 
     proxy = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    worker = 0
     try:
         worker = int(proxy.stdout.readline())  # type: ignore[union-attr]
         deadline = time.monotonic() + 10  # SIGSTOP takes effect asynchronously (seen as "R" on a busy machine)
@@ -476,6 +479,8 @@ def test_a_worker_dies_with_its_proxy_even_when_stopped():
     finally:
         if proxy.poll() is None:
             proxy.kill()
+        if worker and _state(worker) not in ("gone", "Z"):
+            os.kill(worker, signal.SIGKILL)  # a failed check must not leave it stopped under PID 1
 
 
 def _ignores(pid: int, sig: int) -> bool:
