@@ -4,6 +4,7 @@ one inside mitmproxy's per-chunk path (why, with the measurements: docs/performa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -23,6 +24,15 @@ class Scheduler(Protocol):
     def call_later(self, delay: float, callback: Callable[[], object]) -> Handle: ...
 
     def call_soon(self, callback: Callable[[], object]) -> Handle: ...
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The scheduler of a batcher on mitmproxy's loop: the running event loop, or ``None``
+    (outside one: the taps hand their chunks over inline)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class Batched(Protocol):
@@ -135,4 +145,4 @@ class TapBatcher:
             tap.flush()
 
 
-__all__ = ["Scheduler", "TapBatcher"]
+__all__ = ["Scheduler", "TapBatcher", "running_loop"]

@@ -17,7 +17,6 @@ Hooks never block or await.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
@@ -26,7 +25,7 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
 
 from observer.capture.backend import FailoverBackend, InProcessBackend
-from observer.capture.batcher import TapBatcher
+from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
 from observer.capture.tap import StreamTap
@@ -43,13 +42,6 @@ log = logging.getLogger("observer.addon")
 
 METADATA_KEY = "llm_audit"
 FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 class LLMAudit:
@@ -76,7 +68,7 @@ class LLMAudit:
         self._writer = None
         self._settings = Settings.model_construct()  # the defaults until ``configure``
         self._limits = self._settings.limits
-        self._batcher = TapBatcher(_running_loop)
+        self._batcher = TapBatcher(running_loop)
         self._use_worker = worker  # None: the observer_worker option decides
         self._backend: InProcessBackend | FailoverBackend = InProcessBackend(self._registry, self._flows.on_facts)
         self._flows.backend = self._backend
@@ -208,7 +200,7 @@ class LLMAudit:
             log.warning("observer: a dialect registry object was given: observing in-process (a worker builds its"
                         " registry from a factory name)")  # fmt: skip
             return
-        loop = _running_loop()
+        loop = running_loop()
         if loop is None:
             return
         backend = FailoverBackend(
@@ -346,7 +338,7 @@ class LLMAudit:
         now = time.time()
         end = StreamEnd(EndCause.EOF, now, flow.response.timestamp_end or now)
         status = flow.response.status_code
-        loop = _running_loop()
+        loop = running_loop()
         if loop is None:  # no running loop (unit tests): now
             self._flows.finish(state, end, status)
             return

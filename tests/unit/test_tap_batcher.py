@@ -11,17 +11,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from observer.capture.batcher import TapBatcher
+from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.tap import StreamTap
 from observer.tap import feed_pending
-
-
-def running_loop() -> asyncio.AbstractEventLoop | None:
-    """The batcher's scheduler: the running event loop, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 class OneObserver:
