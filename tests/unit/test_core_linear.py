@@ -256,7 +256,7 @@ def test_quadratic_join_per_delta_fails_the_time_test(monkeypatch):
         return hit
 
     monkeypatch.setattr(OpenAIChatAdapter, "fast", joining)
-    assert work_ratio(STREAMS["text deltas, one event per chunk"], 2000) >= MAX_RATIO
+    assert work_ratio(STREAMS["text deltas, one event per chunk"], 4000) >= MAX_RATIO  # (margin under load)
 
 
 @pytest.mark.mutation
@@ -271,4 +271,4 @@ def test_recopied_partial_line_fails_the_time_test(monkeypatch):
         return original(self, data)
 
     monkeypatch.setattr(SSEDecoder, "feed", recopying)
-    assert work_ratio(lambda n: _huge_event(n, 1024), 512 << 10) >= MAX_RATIO
+    assert work_ratio(lambda n: _huge_event(n, 1024), 1 << 20) >= MAX_RATIO  # (512 KiB measured 20-30: too near)
