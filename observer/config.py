@@ -266,10 +266,6 @@ class SettingSpec:
         """``value`` as the mitmproxy option holds it (unset: ``""``)."""
         return "" if value is None else str(value) if self.option_type is str else value
 
-    def from_option(self, value: Any) -> Any:
-        """The mitmproxy option's ``value`` as a setting's input (``""`` of an optional one: unset)."""
-        return None if self.optional and value == "" else value
-
     def default_text(self) -> str:
         """The default as a user writes it: ``true``, ``1048576``, ``unset``."""
         if self.default is None:
@@ -341,14 +337,15 @@ def settings_from_options(options: Any) -> Settings:
     by ``--set`` alone). The others keep their defaults.
 
     Raises ``ConfigError`` naming the option and its allowed range on a bad value."""
-    values = {spec.name: spec.from_option(getattr(options, spec.option)) for spec in PROXY_SPECS}
+    # (an empty option of an optional setting means unset: ``Settings._plain_values``)
+    values = {spec.name: getattr(options, spec.option) for spec in PROXY_SPECS}
     where = {spec.name: spec.option for spec in PROXY_SPECS}
     for old, name in OLD_OPTIONS.items():
         spec, value = SPECS[name], getattr(options, old, "")
         if value != spec.to_option(spec.default):
             if getattr(options, spec.option) not in (value, spec.to_option(spec.default)):
                 raise ConfigError(f"{old} and {spec.option} name one setting: set {spec.option} only")
-            values[name], where[name] = spec.from_option(value), old
+            values[name], where[name] = value, old
     try:
         return Settings.model_construct(**_GivenOnly(**values).model_dump())
     except ValidationError as exc:

@@ -195,6 +195,10 @@ class FailoverBackend:
         assert self._link is not None  # a remote flow has a live link (a death empties _remote)
         self._link.finish(key, end, remote.skipped_bytes)
 
+    def stopping(self) -> None:
+        """The proxy is shutting down: a worker that dies from here on is not replaced."""
+        self._stopping = True
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Shutdown: the worker's last facts (or, if it fails to stop, in-process ones)."""
         self._stopping = True

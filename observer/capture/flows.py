@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from observer.capture.backend import Backend
-from observer.capture.request import RequestTap, incomplete_request
+from observer.capture.request import RequestRead, RequestTap, incomplete_request
 from observer.capture.tap import StreamTap
 from observer.dialects.base import Dialect, RequestView
 from observer.records import Exchange, Violation, ViolationKind
@@ -42,6 +42,15 @@ class FlowState:
     violations: list[Violation] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     envelope_secrets: list[str] = field(default_factory=list)
+
+    def take(self, read: RequestRead) -> None:
+        """Puts what reading the request body gave into the record: its facts and the values
+        redacted from them, or, unparsed, only its size (violations are the caller's)."""
+        if read.facts is None:
+            self.exchange.request.body_bytes = read.body_bytes
+        else:
+            self.exchange.request = read.facts
+            self.secrets = read.secrets
 
     @property
     def key(self) -> str:

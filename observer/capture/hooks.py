@@ -34,7 +34,7 @@ from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
 from observer.reassembly import EndCause
-from observer.records import Exchange, Violation, ViolationKind
+from observer.records import Violation, ViolationKind
 from observer.redact import header_secrets
 from observer.response import ResponseSpec, StreamEnd
 
@@ -115,52 +115,50 @@ class LLMAudit:
         # What is still deferred under our prefix names no option of ours: a typo must not leave
         # the default in force unnoticed (trial finding: --set observer_max_event_byte=1 ran on).
         unknown = [k for k in ctx.options.deferred if k.startswith(OPTION_PREFIX)]
+        for name in unknown:
+            del ctx.options.deferred[name]
         if unknown and self._options_error is None:
             known = [spec.option for spec in PROXY_SPECS]
             self._options_error = "; ".join(f"--set {k} is not an option{did_you_mean(k, known)}" for k in unknown)
         if self._options_error is None:  # out of range: one line here, not configure's traceback
             try:
-                self._check_registry(settings_from_options(ctx.options))
+                self._apply_options()
             except exceptions.OptionsError as exc:
                 self._options_error = str(exc)
-            except ConfigError as exc:
-                self._options_error = str(exc)
-        for name in [k for k in ctx.options.deferred if k.startswith(OPTION_PREFIX)]:
-            del ctx.options.deferred[name]
         if self._options_error is not None:
             log.error("observer: %s; not recording", self._options_error)
 
     def configure(self, updated: set[str]) -> None:
-        """Applies changed ``observer_*`` options (``observer.config.settings_from_options``);
-        raises ``OptionsError`` naming a bad one and its range."""
+        """Applies changed ``observer_*`` options (``_apply_options``); raises ``OptionsError``
+        naming a bad one and its range."""
         if self._options_error is not None or not any(name.startswith(OPTION_PREFIX) for name in updated):
             return  # (a start-up error is reported once, by _apply_deferred_options, and stops the proxy)
+        self._apply_options()
+
+    def _apply_options(self) -> None:
+        """Reads the ``observer_*`` options (``observer.config.settings_from_options``) and applies
+        them: limits, batching, and the dialect registry when it names another one (built once).
+        Raises ``OptionsError`` naming a bad value and its range, or a registry that cannot be
+        built or cannot change (the worker runs)."""
         try:
             settings = settings_from_options(ctx.options)
         except ConfigError as exc:
             raise exceptions.OptionsError(str(exc)) from None
-        registry = self._check_registry(settings)
-        if registry is not None:
+        if not self._registry_given and settings.dialect_registry != self._registry_factory:
             if isinstance(self._backend, FailoverBackend):
                 raise exceptions.OptionsError(
                     "observer_dialect_registry cannot change while the worker runs; restart the proxy"
                 )
+            try:
+                registry = load_registry(settings.dialect_registry)
+            except (ImportError, AttributeError, ValueError, TypeError) as exc:
+                raise exceptions.OptionsError(f"observer_dialect_registry: {type(exc).__name__}: {exc}") from None
             self._registry, self._registry_factory = registry, settings.dialect_registry
             self._backend = self._flows.backend = InProcessBackend(registry, self._flows.on_facts)
         self._settings = settings
         self._limits = settings.limits
         self._batcher.interval_s = settings.tap_batch_ms / 1000.0
         self._batcher.slice_s = settings.tap_slice_us / 1e6
-
-    def _check_registry(self, settings: Settings) -> DialectRegistry | None:
-        """The registry ``settings`` name when it is not the one in use (``None``: unchanged, or
-        the addon was given its registry); raises ``OptionsError`` when it cannot be built."""
-        if self._registry_given or settings.dialect_registry == self._registry_factory:
-            return None
-        try:
-            return load_registry(settings.dialect_registry)
-        except (ImportError, AttributeError, ValueError, TypeError) as exc:
-            raise exceptions.OptionsError(f"observer_dialect_registry: {type(exc).__name__}: {exc}") from None
 
     # ----- life cycle -----
     def running(self) -> None:
@@ -216,7 +214,7 @@ class LLMAudit:
         writer closes: they are finished now as ``interrupted``, after the queued chunks were
         handed over and the batcher's callbacks cancelled (the loop is stopping)."""
         if isinstance(self._backend, FailoverBackend):
-            self._backend.restart_after_s = float("inf")  # no new worker from here on
+            self._backend.stopping()  # no new worker from here on
         deferred, self._deferred = list(self._deferred.items()), {}
         for state, (handle, end, status) in deferred:  # ended normally, record not finished yet
             handle.cancel()
@@ -241,9 +239,7 @@ class LLMAudit:
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
                 return
-            removed: list[str] = header_secrets(view.headers)
-            state = FlowState(dialect, _skeleton(flow, dialect, removed), view, flow.client_conn.id,
-                              envelope_secrets=removed)  # fmt: skip
+            state = _new_state(flow, dialect, view)
             length = view.headers.get("content-length", "")
             too_large = declared_too_large(length, self._limits)
             if too_large is not None:
@@ -283,11 +279,7 @@ class LLMAudit:
                     return
             read = read_request(state.dialect, state.view, raw, flow.request.headers.get("content-encoding"),
                                 self._limits)  # fmt: skip
-            if read.facts is None:
-                state.exchange.request.body_bytes = read.body_bytes
-            else:
-                state.exchange.request = read.facts
-                state.secrets = read.secrets
+            state.take(read)
             state.violations.extend(read.violations)
         except Exception as exc:
             self._hook_failed("request")
@@ -386,9 +378,7 @@ class LLMAudit:
         if dialect is None or dialect is current:
             return state
         if state is None:
-            removed: list[str] = header_secrets(view.headers)
-            state = FlowState(dialect, _skeleton(flow, dialect, removed), view, flow.client_conn.id,
-                              envelope_secrets=removed)  # fmt: skip
+            state = _new_state(flow, dialect, view)
             state.parsed = True  # the request was streamed on unkept
             self._track(flow, state)
             return state
@@ -397,11 +387,7 @@ class LLMAudit:
         raw = flow.request.raw_content
         if raw is not None:  # read the request again, the way the dialect the response revealed reads it
             read = read_request(dialect, state.view, raw, flow.request.headers.get("content-encoding"), self._limits)
-            if read.facts is None:
-                state.exchange.request.body_bytes = read.body_bytes
-            else:
-                state.exchange.request = read.facts
-                state.secrets = read.secrets
+            state.take(read)
             state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST]
             state.violations += read.violations
         return state
@@ -435,11 +421,15 @@ def end_cause_from_error(message: str, *, client_closed: bool = False, server_cl
     return EndCause.UPSTREAM_FAILED
 
 
-def _skeleton(flow: http.HTTPFlow, dialect: Dialect, removed: list[str]) -> Exchange:
+def _new_state(flow: http.HTTPFlow, dialect: Dialect, view: RequestView) -> FlowState:
+    """A new observed flow: its record skeleton, with the credential values of its URL query and
+    headers kept (in memory) to scrub echoes of them."""
     req = flow.request
-    return skeleton(dialect, scheme=req.scheme, host=req.host, port=req.port, path=req.path, method=req.method,
-                    http_version=req.http_version, started_at_s=req.timestamp_start or time.time(),
-                    removed=removed)  # fmt: skip
+    removed = header_secrets(view.headers)
+    ex = skeleton(dialect, scheme=req.scheme, host=req.host, port=req.port, path=req.path, method=req.method,
+                  http_version=req.http_version, started_at_s=req.timestamp_start or time.time(),
+                  removed=removed)  # fmt: skip
+    return FlowState(dialect, ex, view, flow.client_conn.id, envelope_secrets=removed)
 
 
 def _freeze_startup_heap() -> None:

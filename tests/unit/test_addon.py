@@ -654,3 +654,26 @@ def test_credentials_echoed_in_an_error_body_are_not_stored(where, secret):
     assert rec.outcome == "http_error"
     assert secret not in (rec.response_body or "") and secret not in rec.path
     assert "REDACTED" in rec.response_body
+
+
+BUILT: list[int] = []
+
+
+def counted_registry():
+    """A registry factory that counts its calls (``test_the_registry_is_built_once``)."""
+    from observer.dialects.registry import default_registry
+
+    BUILT.append(1)
+    return default_registry()
+
+
+def test_the_registry_is_built_once_per_change():
+    """The named registry is built when the option changes, not again on every later
+    ``configure`` (start-up used to build it twice: once to check it, once to use it)."""
+    BUILT.clear()
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_dialect_registry="tests.unit.test_addon:counted_registry")
+        tctx.configure(addon, observer_max_event_bytes=4096)
+        tctx.configure(addon, observer_tap_batch_ms=10)
+    assert len(BUILT) == 1
