@@ -51,6 +51,7 @@ class EndCause(enum.StrEnum):
 
 
 _COALESCE_PARTS = 256  # join a block's pieces this often: one-character deltas must not cost ~58 B each
+_RUN_MAX = 256  # pieces a run holds before they are applied
 
 
 class _Parts(list):
@@ -108,6 +109,13 @@ class Reassembler:
     tool calls and content blocks kept (``max_violations``, ``max_tool_calls``, ``max_blocks``;
     beyond them items are counted, not kept, and one ``oversize_record`` violation at the end
     says how many of each were dropped).
+
+    Runs: consecutive text deltas of one block (or argument fragments of one tool call, same
+    key, index, id and name) differ only in their text, and the only time ever read is the
+    first text's, so after the first is applied the next non-empty ones are held in a run and
+    applied together (one block lookup, one cap check, one ``extend``: cheaper per token, same
+    record; docs/performance.md, "Runs"). Every other entry point applies the run first, so the
+    state is always what one call per delta would have made.
     """
 
     def __init__(
@@ -134,14 +142,31 @@ class Reassembler:
         self._first_text_s: float | None = None
         self._events = 0
         self._oversize = False
+        # The run (class docstring): pieces after the run's first, not yet applied; the run is a
+        # text run (``_run_index``/``_run_type`` set) or a fragment run (``_run_key`` set, with
+        # the index, id and name of its fragments), or none.
+        self._run: list[str] = []
+        self._run_index: int | None = None
+        self._run_type: str | None = None
+        self._run_key: str | None = None
+        self._run_fi: int | None = None
+        self._run_fid: str | None = None
+        self._run_fname: str | None = None
 
     @property
     def ended(self) -> bool:
         """True once ``stream.end`` was applied."""
         return self._ended
 
+    @property
+    def first_text_s(self) -> float | None:
+        """The clock reading (epoch seconds) of the first non-empty text delta, or ``None``."""
+        return self._first_text_s
+
     def violation(self, v: Violation) -> None:
         """Records a violation found by a lower layer (wire decoder, dialect adapter, tap)."""
+        if self._run:
+            self._flush_run()
         if len(self._violations) < self._limits.max_violations:
             if len(v.detail) > MAX_DETAIL_CHARS:
                 v = Violation(v.kind, v.seq, clip(v.detail, MAX_DETAIL_CHARS) or "")
@@ -151,14 +176,16 @@ class Reassembler:
 
     def apply(self, ev: CanonicalEvent, now_s: float) -> None:
         """Applies one canonical event observed at ``now_s`` (epoch seconds)."""
+        cls = ev.__class__
+        if cls is ContentDelta and not self._ended:  # the hot path: most events of every stream
+            self.text(ev.index, ev.block_type, ev.text, now_s)
+            return
+        if self._run:
+            self._flush_run()
         if self._ended:
             self.violation(
                 Violation(ViolationKind.EVENT_AFTER_END, ev.seq, f"{_type_name(ev)} after stream.end (ignored)")
             )
-            return
-        cls = ev.__class__
-        if cls is ContentDelta:  # the hot path: most events of every stream
-            self.text(ev.index, ev.block_type, ev.text, now_s)
             return
         self._events += 1
         if cls is ToolCallDelta:
@@ -204,7 +231,25 @@ class Reassembler:
         seconds) without building it: exactly what :meth:`apply` does with that event (event
         count, first-text time, block creation and ``max_blocks``, ``max_stream_text_chars``)
         except the ``event_after_end`` check, which the caller makes first (:attr:`ended` must be
-        false). The dialects' fast lanes (``StreamAdapter.fast``) land here."""
+        false). The dialects' fast lanes (``StreamAdapter.fast``) land here. A non-empty
+        ``text`` on the block of the text run joins the run (class docstring)."""
+        if text and index == self._run_index and block_type == self._run_type:
+            run = self._run
+            run.append(text)
+            if len(run) >= _RUN_MAX:
+                self._flush_run()
+            return
+        if self._run:
+            self._flush_run()
+        self._run_key = None
+        if text:
+            self._run_index, self._run_type = index, block_type
+        else:
+            self._run_index = self._run_type = None
+        self._text(index, block_type, text, now_s)
+
+    def _text(self, index: int, block_type: str, text: str, now_s: float) -> None:
+        """:meth:`text` without the run."""
         self._events += 1
         block = self._blocks.get(index)
         if block is None:
@@ -225,22 +270,27 @@ class Reassembler:
         if len(parts) - parts.joined >= _COALESCE_PARTS:
             _coalesce(parts)
 
-    def texts(self, index: int, block_type: str, texts: list[str], first_s: float) -> None:
-        """Applies ``ContentDelta(seq, index, t, block_type)`` for each non-empty ``t`` of
-        ``texts`` in order, the first observed at ``first_s`` (epoch seconds): exactly what as
-        many :meth:`text` calls do (only the first text's time is ever read: the first-text
-        time), with one block lookup, one cap check and one ``extend`` for the lot when the
-        block exists and the text fits; otherwise one :meth:`text` per piece. For
-        ``observer.tap``'s text runs (consecutive fast-lane hits on one block). Same
-        precondition as :meth:`text`; every piece must be non-empty."""
-        block = self._blocks.get(index)
-        if block is None or not self._extend(block.parts, texts):
-            text = self.text
-            for t in texts:
-                text(index, block_type, t, first_s)
+    def _flush_run(self) -> None:
+        """Applies the run's pending pieces (the run stays open: its next pieces may join it)."""
+        run = self._run
+        self._run = []
+        if self._run_key is None:
+            index, block_type = self._run_index, self._run_type
+            block = self._blocks.get(index)  # type: ignore[arg-type]
+            if block is None or not self._extend(block.parts, run):
+                # Beyond max_blocks or the text cap: one delta at a time (the first text's time
+                # is already taken, so the time passed is never read).
+                for t in run:
+                    self._text(index, block_type, t, 0.0)  # type: ignore[arg-type]
             return
-        if self._first_text_s is None:
-            self._first_text_s = first_s
+        key, index, id, name = self._run_key, self._run_fi, self._run_fid, self._run_fname
+        entry = self._fragments.get(key)
+        if entry is None or not self._extend(entry[1], run):
+            for p in run:
+                self._events += 1
+                self._on_tool_fragment(None, key, index, id, name, p)
+            return
+        _fill_call(entry[0], index, id, name)
 
     def _extend(self, parts: _Parts, pieces: list[str]) -> bool:
         """Appends ``pieces`` (one event each) to ``parts`` and counts them if their text fits
@@ -276,26 +326,20 @@ class Reassembler:
         """Applies ``ToolCallDelta(seq, key, index, id, name, arguments)`` without building it:
         exactly what :meth:`apply` does with that event except the ``event_after_end`` check,
         which the caller makes first (:attr:`ended` must be false). For the dialects' fast
-        lanes (``StreamAdapter.fast``)."""
+        lanes (``StreamAdapter.fast``). Non-empty ``arguments`` continuing the fragment run (same
+        key, index, id and name; ``seq`` is only read when a call opens) join the run."""
+        if arguments and key == self._run_key and index == self._run_fi and id == self._run_fid and name == self._run_fname:
+            run = self._run
+            run.append(arguments)
+            if len(run) >= _RUN_MAX:
+                self._flush_run()
+            return
+        if self._run:
+            self._flush_run()
+        self._run_index = self._run_type = None
+        self._run_key, self._run_fi, self._run_fid, self._run_fname = key, index, id, name
         self._events += 1
         self._on_tool_fragment(seq, key, index, id, name, arguments)
-
-    def fragments(
-        self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, pieces: list[str]
-    ) -> None:
-        """Applies ``ToolCallDelta(seq_i, key, index, id, name, p)`` for each ``p`` of
-        ``pieces`` in order: exactly what as many :meth:`fragment` calls do when they differ only
-        in ``seq`` and ``arguments`` (``seq`` is only read when the call opens: the first
-        piece's), with one lookup and one cap check for the lot when the call is open and the
-        pieces fit; otherwise one :meth:`fragment` per piece. For ``observer.tap``'s fragment
-        runs. Same precondition as :meth:`fragment`."""
-        entry = self._fragments.get(key)
-        if entry is None or not self._extend(entry[1], pieces):
-            fragment = self.fragment
-            for p in pieces:
-                fragment(seq, key, index, id, name, p)
-            return
-        _fill_call(entry[0], index, id, name)
 
     def _on_tool_fragment(
         self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, arguments: str
@@ -363,6 +407,8 @@ class Reassembler:
         read) or ``truncated``. ``http_error`` is decided by the caller, which never feeds a
         non-2xx body here.
         """
+        if self._run:
+            self._flush_run()
         exchange.model = self._model
         exchange.request_id = self._request_id if self._request_id is not None else self._request_meta_id
         tool_indexes = {t.index for t in self._tool_calls}

@@ -26,6 +26,7 @@ from observer.reassembly import EndCause
 from observer.records import Exchange
 from observer.response import ResponseSpec, StreamEnd, assemble
 from observer.tap import StreamObserver
+from observer.wire.frames import text_message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 T0 = 1_749_292_800.0  # request start, epoch seconds
@@ -237,3 +238,36 @@ def feed_each_way(new_decoder: Callable[[], Decoder], data: bytes, points: Itera
     chunks = split_at(data, points)
     assert feed(new_decoder(), chunks, close=close) == whole, f"cut into {[len(c) for c in chunks]} differs from whole"
     return whole
+
+
+def text_form(items: list) -> list:
+    """A framer's output in its text form, as dialect adapters' ``on_message`` reads it:
+    each message through ``observer.wire.frames.text_message`` (an ``invalid_utf8`` violation
+    right after a message that needed replacing), violations unchanged."""
+    out: list = []
+    for item in items:
+        if item.__class__ is tuple:
+            text, bad = text_message(item)
+            out.append(text)
+            if bad is not None:
+                out.append(bad)
+        else:
+            out.append(item)
+    return out
+
+
+class TextForm:
+    """A framer whose ``feed``/``close`` return :func:`text_form` of its output (the other
+    attributes are the framer's)."""
+
+    def __init__(self, framer: Any) -> None:
+        self._framer = framer
+
+    def feed(self, data: bytes) -> list:
+        return text_form(self._framer.feed(data))
+
+    def close(self) -> list:
+        return text_form(self._framer.close())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._framer, name)

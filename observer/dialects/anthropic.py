@@ -47,7 +47,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import (
     Out,
     base64_decoded_size,
@@ -237,22 +237,23 @@ class AnthropicAdapter(AdapterBase):
             handler(self, obj, out)
         return out
 
-    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane (``StreamAdapter.fast``): a ``content_block_delta`` carrying a
         ``text_delta``/``thinking_delta`` string for a block opened with that kind, with no SSE
-        ``event`` or one equal to its ``type``, gives ``(index, kind, text)``, what
-        :meth:`on_message` maps it to; an ``input_json_delta`` of an open tool block gives the
-        ``ToolCallDelta`` fields; anything else ``None`` (the general mapping runs)."""
+        ``event`` or one equal to its ``type``, is ``sink.text(index, kind, text)``, what
+        :meth:`on_message` maps it to; an ``input_json_delta`` of an open tool block is
+        ``sink.fragment`` with the ``ToolCallDelta`` fields; each returns True. Anything else
+        returns False (the general mapping runs)."""
         if obj.__class__ is not dict or obj.get("type") != "content_block_delta":
-            return None
+            return False
         if event and event != b"content_block_delta":
-            return None
+            return False
         index = obj.get("index")
         if index.__class__ is not int or index < 0 or index >= 2**63:
-            return None
+            return False
         delta = obj.get("delta")
         if delta.__class__ is not dict:
-            return None
+            return False
         dtype = delta.get("type")
         if dtype == "text_delta":
             kind, value = "text", delta.get("text")
@@ -261,13 +262,15 @@ class AnthropicAdapter(AdapterBase):
         elif dtype == "input_json_delta":
             value = delta.get("partial_json")
             if value.__class__ is not str or self._kinds.get(index) != "tool":
-                return None
-            return (None, self._tool_keys.get(index, str(index)), index, None, None, value)
+                return False
+            sink.fragment(None, self._tool_keys.get(index, str(index)), index, None, None, value)
+            return True
         else:
-            return None
+            return False
         if value.__class__ is not str or self._kinds.get(index) != kind:
-            return None
-        return (index, kind, value)
+            return False
+        sink.text(index, kind, value, now_s)
+        return True
 
     def _done_marker(self) -> Out:
         """A proxy's ``[DONE]`` terminator (module docstring): flagged once, mapped to nothing."""

@@ -55,11 +55,27 @@ def media_type(content_type: str | None) -> str:
 
 
 class Message(Protocol):
-    """One framed message: SSE events (``observer.wire.sse.SSEEvent``) and the other framings'
-    ``observer.wire.frames.JSONFrame`` both have these."""
+    """One framed message in its text form, as ``on_message`` reads it:
+    ``observer.wire.frames.SSEEvent`` for SSE, ``observer.wire.frames.JSONFrame`` for the other
+    framings (``observer.wire.frames.text_message`` makes them from the framers' tuples)."""
 
     event: str
     data: str
+
+
+class DeltaSink(Protocol):
+    """Where a fast lane puts what it found (``observer.reassembly.Reassembler`` is one): the
+    two canonical events of the bulk of every stream, applied without being built."""
+
+    def text(self, index: int, block_type: str, text: str, now_s: float) -> None:
+        """``ContentDelta(seq, index, text, block_type)`` observed at ``now_s`` (epoch seconds)."""
+        ...
+
+    def fragment(
+        self, seq: int | None, key: str, index: int | None, id: str | None, name: str | None, arguments: str
+    ) -> None:
+        """``ToolCallDelta(seq, key, index, id, name, arguments)``."""
+        ...
 
 
 class StreamAdapter(Protocol):
@@ -70,20 +86,20 @@ class StreamAdapter(Protocol):
     ``on_message``:
 
     - ``on_object(message, obj) -> list[CanonicalEvent | Violation]``: ``on_message(message)``
-      for a message whose ``data`` the tap already parsed (orjson, from the undecoded bytes, so
+      for a message whose data the tap already parsed (orjson, from the undecoded bytes, so
       valid UTF-8) to the JSON value ``obj`` (any JSON type). ``message.data`` may be decoded
       lazily; the message is an SSE event or a ``JSONFrame`` as for ``on_message``.
-    - ``fast(event, obj) -> tuple | None``: the fast lane for the dialect's dominant messages,
-      text deltas and tool-call argument fragments. ``event`` is the SSE ``event`` field as
-      undecoded bytes, ASCII (``b""`` when absent; ``None`` for a non-SSE framing; the tap sends
-      any other event type to ``on_object``, whose caller reports what is not UTF-8), ``obj`` as for
-      ``on_object``. Returns ``(block index, block type, text)`` when ``on_message`` would
-      have returned exactly ``[ContentDelta(seq, index, text, block_type)]``; ``(seq, key,
-      index, id, name, arguments)`` when it would have returned exactly ``[ToolCallDelta(seq,
-      key, index, id, name, arguments)]``; ``()`` when it would have returned ``[]``; each after
-      the same adapter state update. Else ``None``, with no state changed. The tap then calls
-      ``Reassembler.text`` / ``Reassembler.fragment`` (or, for the next hits on the same block
-      or call, ``texts`` / ``fragments``) instead of building the event.
+    - ``fast(event, obj, sink, now_s) -> bool``: the fast lane for the dialect's dominant
+      messages, text deltas and tool-call argument fragments. ``event`` is the SSE ``event``
+      field as undecoded bytes, ASCII (``b""`` when absent; ``None`` for a framing without event
+      names; the tap sends any other event type to ``on_object``, whose caller reports what is
+      not UTF-8), ``obj`` as for ``on_object``, ``now_s`` the message's clock reading (epoch
+      seconds). When ``on_message`` would have returned exactly ``[ContentDelta(seq, index,
+      text, block_type)]`` it calls ``sink.text(index, block_type, text, now_s)``; exactly
+      ``[ToolCallDelta(seq, key, index, id, name, arguments)]``: ``sink.fragment(seq, key,
+      index, id, name, arguments)``; ``[]``: nothing; in each case after the same adapter state
+      update, returning True. Else it returns False, with nothing called and no state changed.
+      The tap calls it only while the stream has not ended.
     """
 
     def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:

@@ -85,7 +85,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import Out, base64_decoded_size, load_request, read_tools
 from observer.events import (
     ContentDelta,
@@ -278,81 +278,84 @@ class GeminiAdapter(AdapterBase):
                 out.append(Violation(V.INVALID_EVENT, None, "response chunk is not a JSON object"))
         return out
 
-    def fast(self, event: bytes | None, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane (``StreamAdapter.fast``): a response chunk whose only news is one text
         part of one candidate (no error, finish reason, function call, usage counts, prompt
-        feedback or model change) gives ``(block, "text"|"reasoning", text)``, or ``()`` for
-        empty text (no event); one whose only news is a piece of a streamed function-call
-        argument string gives ``()`` (``_fast_call``); anything else ``None`` (the general
-        mapping runs). Same result as :meth:`on_message`."""
+        feedback or model change) is ``sink.text(block, "text"|"reasoning", text)``, or nothing
+        for empty text (no event); one whose only news is a piece of a streamed function-call
+        argument string is kept by the adapter (``_fast_call``, no event); each returns True.
+        Anything else returns False (the general mapping runs). Same result as
+        :meth:`on_message`."""
         # Subscripts inside one try: a non-dict ``obj``/candidate/``content``, ``candidates`` or
         # ``parts`` not exactly one element, a missing key all raise: general mapping.
         try:
             (cand,) = obj["candidates"]
             (part,) = cand["content"]["parts"]
         except (KeyError, TypeError, ValueError):
-            return None
+            return False
         if part.__class__ is not dict or obj.__class__ is not dict:
-            return None
+            return False
         get = obj.get
         if get("error").__class__ is dict:
-            return None
+            return False
         model = get("modelVersion")
         if model.__class__ is str and model and model != self._model:
-            return None
+            return False
         meta = get("usageMetadata")
         if meta.__class__ is dict and not _COUNT_KEYS.isdisjoint(meta):
-            return None  # counts (even null ones): the general path decides on a UsageEvent
+            return False  # counts (even null ones): the general path decides on a UsageEvent
         if cand.get("finishReason") is not None:
-            return None
+            return False
         index = cand.get("index")
         if index is None:
             index = 0
         elif index.__class__ is not int or not 0 <= index < 2**31:
-            return None
+            return False
         call = part.get("functionCall")
         if call is not None:
             return self._fast_call(index, part, call)
         text = part.get("text")
         if text.__class__ is not str:
-            return None
+            return False
         if not text:
-            return ()
+            return True
         if part.get("thought") is True:
-            return (2 * index + 1, "reasoning", text)
-        return (2 * index, "text", text)
+            sink.text(2 * index + 1, "reasoning", text, now_s)
+        else:
+            sink.text(2 * index, "text", text, now_s)
+        return True
 
-    def _fast_call(self, index: int, part: dict[str, Any], call: Any) -> tuple[()] | None:
+    def _fast_call(self, index: int, part: dict[str, Any], call: Any) -> bool:
         """The fast lane for a part that only continues the string being streamed into the open
         call of candidate ``index``: a nameless ``functionCall`` with ``willContinue: true`` and
         one ``partialArgs`` entry with the same ``jsonPath`` string as the value it continues, a
         string ``stringValue`` and ``willContinue: true``, within the call's caps, and no text
-        in the part. Appends the piece as ``_StreamedCall.add`` would and returns ``()`` (no
-        event); anything else ``None`` with nothing changed."""
+        in the part. Appends the piece as ``_StreamedCall.add`` would and returns True (no
+        event); anything else False with nothing changed."""
         if call.__class__ is not dict or call.get("name") is not None or call.get("willContinue") is not True:
-            return None
+            return False
         streamed = self._open.get(index)
         if streamed is None or streamed.capped:
-            return None
+            return False
         partial = call.get("partialArgs")
         if partial.__class__ is not list or len(partial) != 1:
-            return None
+            return False
         arg = partial[0]
         if arg.__class__ is not dict or arg.get("willContinue") is not True:
-            return None
+            return False
         value = arg.get("stringValue")
         path = arg.get("jsonPath")
         if value.__class__ is not str or path.__class__ is not str or path != streamed.open_src:
-            return None
+            return False
         text = part.get("text")
         if text.__class__ is str and text:
-            return None
+            return False
         size = len(path) + len(value)
         if streamed.chars + size > MAX_CALL_CHARS:
-            return None
+            return False
         streamed.chars += size
         streamed.open_parts.append(value)
-        return ()
+        return True
 
     def _done_marker(self) -> Out:
         if self._done_seen:

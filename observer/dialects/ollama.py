@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, check_messages, count, load_request
 from observer.dialects.vercel import is_ui_request, parse_ui_request
 from observer.events import (
@@ -219,34 +219,37 @@ class OllamaAdapter(AdapterBase):
             out.append(Violation(V.INVALID_EVENT, None, "done is not a boolean"))
         return out
 
-    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane (``StreamAdapter.fast``): a line that only continues the text
         (``message.content`` of ``/api/chat``, ``response`` of ``/api/generate``; no error,
-        ``done`` absent or false, no thinking, tool calls or model change) gives
-        ``(TEXT_BLOCK, "text", text)``, or ``()`` when the text is empty/null (no event);
-        anything else ``None`` (the general mapping runs). Same result as :meth:`on_message`."""
+        ``done`` absent or false, no thinking, tool calls or model change) is
+        ``sink.text(TEXT_BLOCK, "text", text)``, or nothing when the text is empty/null (no
+        event); both return True. Anything else returns False (the general mapping runs). Same
+        result as :meth:`on_message`."""
         if obj.__class__ is not dict or "error" in obj:
-            return None
+            return False
         get = obj.get
         done = get("done")
         if done is not None and done is not False:
-            return None
+            return False
         model = get("model")
         if model.__class__ is str and model and model != self._model:
-            return None
+            return False
         if "message" in obj:
             source = obj["message"]
             if source.__class__ is not dict:
-                return None
+                return False
             text = source.get("content")
         else:
             source = obj
             text = get("response")
         if source.get("thinking") is not None or source.get("tool_calls") is not None:
-            return None
+            return False
         if text.__class__ is str:
-            return (TEXT_BLOCK, "text", text) if text else ()
-        return None if text is not None else ()
+            if text:
+                sink.text(TEXT_BLOCK, "text", text, now_s)
+            return True
+        return text is None
 
     def _model_event(self, obj: dict[str, Any], out: Out) -> None:
         model = obj.get("model")

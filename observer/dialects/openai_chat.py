@@ -37,7 +37,7 @@ from observer.dialects._openai_common import (
     text,
     usage_event,
 )
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import INT64_MAX, check_messages, is_int, load_object, read_tools
 from observer.events import (
     CanonicalEvent,
@@ -228,76 +228,81 @@ class OpenAIChatAdapter(AdapterBase):
             out.append(StreamEnd(None))
         return out
 
-    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane (``StreamAdapter.fast``) for the bulk of a stream: a streamed chunk
         whose only news is choice ``c``'s text (one choice, delta keys within
-        ``content``/``role``, no finish reason, usage, error or model change) gives ``(c,
-        "text", content)``, or ``()`` when its content is empty/null (no event); one whose only
-        news is an argument fragment of an open tool call gives the ``ToolCallDelta`` fields
-        (``_fast_fragment``); anything else ``None`` (the general mapping runs). Same result as
-        :meth:`on_message`."""
+        ``content``/``role``, no finish reason, usage, error or model change) is
+        ``sink.text(c, "text", content)``, or nothing when its content is empty/null (no event);
+        one whose only news is an argument fragment of an open tool call is ``sink.fragment``
+        (``_fast_fragment``); each returns True. Anything else returns False (the general
+        mapping runs). Same result as :meth:`on_message`."""
         # Subscripts inside one try: a non-dict ``obj``/``choice``, ``choices`` not exactly one
         # element, a missing key all raise (TypeError/ValueError/KeyError): general mapping.
         try:
             (choice,) = obj["choices"]
             delta = choice["delta"]
         except (KeyError, TypeError, ValueError):
-            return None
+            return False
         if delta.__class__ is not dict or obj.__class__ is not dict or not self._started:
-            return None
+            return False
         get = obj.get
         model = get("model")
         if (model != self._model and model is not None and model != "") or get("error") is not None:
-            return None
+            return False
         if get("usage") is not None or "x_groq" in obj or get("object") == "error":
-            return None
+            return False
         if choice.get("finish_reason") is not None:
-            return None
+            return False
         c = choice.get("index")
         if c.__class__ is not int or c < 0 or c > INT64_MAX:
-            return None
+            return False
         if len(delta) == 1:
             content = delta.get("content")
             if content.__class__ is str:  # the commonest chunk of all: {"content": "..."}
-                return (c, "text", content) if content else ()
+                if content:
+                    sink.text(c, "text", content, now_s)
+                return True
             if "tool_calls" in delta:
-                return self._fast_fragment(c, delta["tool_calls"])
+                return self._fast_fragment(c, delta["tool_calls"], sink)
         for key in delta:
             if key not in _PLAIN_DELTA_KEYS:
-                return None
+                return False
         content = delta.get("content")
         if content.__class__ is str:
-            return (c, "text", content) if content else ()
-        return None if content is not None else ()
+            if content:
+                sink.text(c, "text", content, now_s)
+            return True
+        return content is None
 
-    def _fast_fragment(self, c: int, calls: Any) -> tuple[None, str, int, None, None, str] | None:
+    def _fast_fragment(self, c: int, calls: Any, sink: DeltaSink) -> bool:
         """The fast lane for a delta that only continues an open tool call: one
         ``tool_calls`` fragment with a valid ``index``, no ``id``, a ``function`` with string
-        ``arguments`` and no ``name``: ``ToolCallDelta`` fields as ``_fragment`` makes them,
-        else ``None``."""
+        ``arguments`` and no ``name``: ``sink.fragment`` with the ``ToolCallDelta`` fields as
+        ``_fragment`` makes them and True, else False."""
         if calls.__class__ is not list or len(calls) != 1:
-            return None
+            return False
         call = calls[0]
         if call.__class__ is not dict or call.get("id") is not None:
-            return None
+            return False
         index = call.get("index")
         if index.__class__ is not int or index < 0 or index > INT64_MAX:
-            return None
+            return False
         function = call.get("function")
         if function.__class__ is not dict or function.get("name") is not None:
-            return None
+            return False
         args = function.get("arguments")
         if args.__class__ is not str:
-            return None
+            return False
         if c == self._fast_c and index == self._fast_index:
             open_call = self._fast_call  # the same slot as last time, still open
         else:
             open_call = self._calls.get((c, index))
             if open_call is None:
-                return None
+                return False
             self._modern_choices.add(c)
             self._fast_c, self._fast_index, self._fast_call = c, index, open_call
-        return (None, open_call.key, index, None, None, args)
+        sink.fragment(None, open_call.key, index, None, None, args)
+        return True
 
     def _identity(self, obj: dict[str, Any], out: list[Any]) -> None:
         rid, model = text(obj.get("id")), text(obj.get("model"))

@@ -39,7 +39,7 @@ from observer.dialects._openai_common import (
     text,
     usage_event,
 )
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import INT64_MAX, is_int, load_object, read_tools
 from observer.events import (
     CanonicalEvent,
@@ -208,28 +208,31 @@ class OpenAIResponsesAdapter(AdapterBase):
             return out
         return self._object(message, obj, out)
 
-    def fast(self, event: bytes | None, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane (``StreamAdapter.fast``): a ``response.output_text.delta`` (no SSE
         ``event`` or the same name) with an acceptable ``sequence_number`` and a string
-        ``delta`` gives ``(block, "text", delta)``, or ``()`` when the delta is empty (no
+        ``delta`` is ``sink.text(block, "text", delta)``, or nothing when the delta is empty (no
         event); an argument delta (``function_call_arguments``/``custom_tool_call_input``) of
-        an open call gives the ``ToolCallDelta`` fields; each after the same state update as
-        :meth:`on_message`. Anything else ``None`` (nothing changed: the general mapping runs)."""
+        an open call is ``sink.fragment`` with the ``ToolCallDelta`` fields; each after the same
+        state update as :meth:`on_message`, returning True. Anything else returns False
+        (nothing changed: the general mapping runs)."""
         if obj.__class__ is not dict:
-            return None
+            return False
         get = obj.get
         etype = get("type")
         if etype == "response.output_text.delta":
             if event and event != b"response.output_text.delta":
-                return None
+                return False
             delta = get("delta")
             if delta.__class__ is not str or not self._seq.advance(get("sequence_number")):
-                return None
+                return False
             where = get("output_index")
             if where.__class__ is int and 0 <= where <= INT64_MAX:
                 if where == self._fast_where and get("content_index") == self._fast_ci:
                     # The block of the last delta cached below: an equal key, already filled.
-                    return (self._fast_block, "text", delta) if delta else ()
+                    if delta:
+                        sink.text(self._fast_block, "text", delta, now_s)
+                    return True
                 cache = True
             else:
                 where = get("item_id")  # what _where gives
@@ -238,35 +241,37 @@ class OpenAIResponsesAdapter(AdapterBase):
             key = ("text", where, ci)
             self._filled.add(key)
             if not delta:
-                return ()
+                return True
             index = self._blocks.get(key)
             if index is None:
                 index = self._block(key)
             if cache:
                 self._fast_where, self._fast_ci, self._fast_block = where, ci, index
-            return (index, "text", delta)
+            sink.text(index, "text", delta, now_s)
+            return True
         if etype in _CALL_DELTAS:
             # An argument fragment of a call already open (else the general path opens it).
             if event and event != _CALL_DELTAS[etype]:
-                return None
+                return False
             delta = obj.get("delta")
             if delta.__class__ is not str:
-                return None
+                return False
             item_id = get("item_id")
             if item_id.__class__ is str and item_id == self._fast_item:
                 call = self._fast_call  # found by this item_id last time: calls are never replaced
             else:
                 call = self._find_call(text(item_id), _index(get("output_index")))
                 if call is None:
-                    return None
+                    return False
                 if item_id.__class__ is str and item_id in self._calls:
                     self._fast_item, self._fast_call = item_id, call
             seq = get("sequence_number")
             if not self._seq.advance(seq):
-                return None
+                return False
             call.has_arguments = True
-            return (seq, call.key, call.index, None, None, delta)
-        return None
+            sink.fragment(seq, call.key, call.index, None, None, delta)
+            return True
+        return False
 
     def _object(self, message: Message, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> list[CanonicalEvent | Violation]:
         if isinstance(message, JSONFrame):

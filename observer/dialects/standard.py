@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import (
     INT64_MAX,
     base64_decoded_size,
@@ -200,33 +200,34 @@ class StandardAdapter(AdapterBase):
             mapper(obj, seq, out)
         return out
 
-    def fast(self, event: bytes, obj: Any) -> tuple[int, str, str] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane for the bulk of a stream (``StreamAdapter.fast``): a ``content.delta``
         whose envelope is exactly as expected (SSE ``event`` equal to its ``type``, ``v`` 1.0,
-        ``seq`` the previous one + 1, valid ``index`` and ``delta.text``) gives ``(index,
-        "text", text)`` after the same state update as :meth:`on_message`; anything else
-        ``None`` (nothing changed: the general mapping runs)."""
+        ``seq`` the previous one + 1, valid ``index`` and ``delta.text``) is ``sink.text(index,
+        "text", text)`` after the same state update as :meth:`on_message`, returning True;
+        anything else returns False (nothing changed: the general mapping runs)."""
         if event != b"content.delta" or obj.__class__ is not dict or self._first:
-            return None
+            return False
         get = obj.get
         if get("type") != "content.delta" or get("v") != SUPPORTED_VERSION:
-            return None
+            return False
         seq = get("seq")
         last = self._last_seq
         if seq.__class__ is not int or last is None or seq != last + 1 or seq > SEQ_SAFE_MAX:
-            return None
+            return False
         index = get("index")
         if index.__class__ is not int or index < 0 or index > INT64_MAX:
-            return None
+            return False
         delta = get("delta")
         if delta.__class__ is not dict:
-            return None
+            return False
         text = delta.get("text")
         if text.__class__ is not str:
-            return None
+            return False
         self._last_seq = seq
         self._skipped = 0
-        return (index, "text", text)
+        sink.text(index, "text", text, now_s)
+        return True
 
     def _check_seq(self, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> int | None:
         seq = obj.get("seq")

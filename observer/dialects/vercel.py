@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
+from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, count, load_object
 from observer.events import (
     ContentDelta,
@@ -288,15 +288,15 @@ class VercelUIAdapter(AdapterBase):
             return out
         return self._sse_object(obj, out)
 
-    def fast(self, event: bytes | None, obj: Any) -> tuple[int, str, str] | tuple[()] | None:
+    def fast(self, event: bytes | None, obj: Any, sink: DeltaSink, now_s: float) -> bool:
         """The fast lane (``StreamAdapter.fast``, v5 SSE only: ``event`` is ``None`` for v4
-        lines): a ``text-delta``/``reasoning-delta`` chunk with string ``id`` and ``delta``
-        gives ``(block, kind, delta)``, or ``()`` for an empty delta (no event); a
-        ``tool-input-delta`` with string ``toolCallId`` and ``inputTextDelta`` gives the
-        ``ToolCallDelta`` fields; anything else ``None`` (the general mapping runs). Same result
-        as :meth:`on_message`."""
+        lines): a ``text-delta``/``reasoning-delta`` chunk with string ``id`` and ``delta`` is
+        ``sink.text(block, kind, delta)``, or nothing for an empty delta (no event); a
+        ``tool-input-delta`` with string ``toolCallId`` and ``inputTextDelta`` is
+        ``sink.fragment`` with the ``ToolCallDelta`` fields; each returns True. Anything else
+        returns False (the general mapping runs). Same result as :meth:`on_message`."""
         if event is None or obj.__class__ is not dict:
-            return None
+            return False
         ptype = obj.get("type")
         if ptype == "text-delta":
             kind = "text"
@@ -306,17 +306,20 @@ class VercelUIAdapter(AdapterBase):
             call_id = obj.get("toolCallId")
             value = obj.get("inputTextDelta")
             if call_id.__class__ is not str or value.__class__ is not str:
-                return None
+                return False
             call = self._call(call_id)
             call.has_input = True
-            return (None, call_id, call.index, call_id, None, value)
+            sink.fragment(None, call_id, call.index, call_id, None, value)
+            return True
         else:
-            return None
+            return False
         wire_id = obj.get("id")
         delta = obj.get("delta")
         if wire_id.__class__ is not str or delta.__class__ is not str:
-            return None
-        return (self._block(kind, wire_id), kind, delta) if delta else ()
+            return False
+        if delta:
+            sink.text(self._block(kind, wire_id), kind, delta, now_s)
+        return True
 
     def _sse_object(self, obj: dict[str, Any], out: Out) -> Out:
         ptype = obj.get("type")

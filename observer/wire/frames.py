@@ -1,9 +1,23 @@
 """Framers other than SSE, and the one factory that picks a framer for a response.
 
 A framer turns response bytes (content-decoding already removed) into messages, incrementally:
-``feed(bytes) -> list[message | Violation]``, ``close() -> list[message | Violation]``. Every
-message has ``event`` (SSE ``event`` field; ``""`` where the framing has none) and ``data``
-(the message text, UTF-8 decoded), so dialect adapters read all framings alike.
+``feed(bytes) -> list[Message | Violation]``, ``close() -> list[Message | Violation]``, the
+concatenation of all its lists independent of how the input was split. A ``Message`` is the
+tuple ``(event, data, id, retry, size_bytes)``, all undecoded:
+
+- ``event`` (``bytes | None``): the SSE ``event`` field (``b""`` when a block had none);
+  ``None`` for a framing that has no event names.
+- ``data`` (``bytes``): the message's data as on the wire, not UTF-8 decoded (SSE ``data``
+  lines joined with LF; one NDJSON line without its line end; one array element; the body).
+- ``id`` (``str | None``), ``retry`` (``int | None``): SSE's last event ID and ``retry`` (ms);
+  ``None`` elsewhere.
+- ``size_bytes`` (``int``): the bytes the message took on the wire (separators included).
+
+Whatever shortcut a framer takes stays inside it: its consumer (``observer.tap``) parses each
+message's data as JSON once, straight from the bytes (orjson validates UTF-8), and only a message
+that does not parse is decoded to text (:func:`text_message`, U+FFFD for invalid UTF-8 with an
+``invalid_utf8`` violation), which is what dialect adapters' ``on_message`` reads. A new framing
+is a module here that returns these tuples plus a ``Framing`` name in :func:`make_framer`.
 
 - ``sse``: ``observer.wire.sse.SSEDecoder`` (WHATWG event stream).
 - ``ndjson``: one message per line (``observer.wire.ndjson``): Ollama, AI SDK v4 data stream.
@@ -43,6 +57,28 @@ class Framing(enum.StrEnum):
     JSON_ARRAY = "json_array"
     JSON = "json"
 
+    @property
+    def whole_body(self) -> bool:
+        """True when the framing's one message is the whole body (a non-streaming answer)."""
+        return self is Framing.JSON
+
+
+Message = tuple  # (event: bytes | None, data: bytes, id: str | None, retry: int | None, size_bytes: int)
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """The text form of an SSE message (WHATWG "dispatch the event"), as dialect adapters read
+    it: ``event`` (``""`` when the block had none: WHATWG's default ``"message"`` is the
+    consumer's), ``data``, ``id``, ``retry``, ``size_bytes`` as in ``Message``, the strings
+    decoded (with replacement)."""
+
+    event: str
+    data: str
+    id: str | None
+    retry: int | None
+    size_bytes: int
+
 
 @dataclass(frozen=True, slots=True)
 class JSONFrame:
@@ -54,16 +90,42 @@ class JSONFrame:
     event: str = ""
 
 
+_INVALID_UTF8 = "invalid UTF-8 replaced by U+FFFD"
+
+
+def text_message(message: Message) -> tuple[SSEEvent | JSONFrame, Violation | None]:
+    """The text form of ``message``: an ``SSEEvent`` when it has an event field, else a
+    ``JSONFrame``; with ``data`` and ``event`` UTF-8 decoded, invalid bytes replaced by U+FFFD
+    (WHATWG §9.2.5 decodes event streams so; RFC 8259 §8.1 requires UTF-8 of JSON), and then
+    the ``invalid_utf8`` violation that goes on record after the message's own events (the
+    text on record is not exactly what was sent), else ``None``."""
+    event, raw, id, retry, size = message
+    bad = None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+        bad = Violation(ViolationKind.INVALID_UTF8, None, _INVALID_UTF8)
+    if event is None:
+        return JSONFrame(text, size), bad
+    try:
+        name = event.decode("utf-8")
+    except UnicodeDecodeError:
+        name = event.decode("utf-8", "replace")
+        bad = Violation(ViolationKind.INVALID_UTF8, None, _INVALID_UTF8)
+    return SSEEvent(name, text, id, retry, size), bad
+
+
 class WholeBodyFramer:
-    """The whole body as one ``JSONFrame`` at ``close`` (a non-streaming JSON answer), held up
-    to ``max_bytes``; a larger body gives one ``oversize_event`` violation and no message."""
+    """The whole body as one message at ``close`` (a non-streaming JSON answer), held up to
+    ``max_bytes``; a larger body gives one ``oversize_event`` violation and no message."""
 
     def __init__(self, max_bytes: int) -> None:
         self._max = max_bytes
         self._buf = bytearray()
         self._over = False
 
-    def feed(self, data: bytes) -> list[JSONFrame | Violation]:
+    def feed(self, data: bytes) -> list[Message | Violation]:
         if self._over:
             return []
         if len(self._buf) + len(data) > self._max:
@@ -73,17 +135,12 @@ class WholeBodyFramer:
         self._buf += data
         return []
 
-    def close(self) -> list[JSONFrame | Violation]:
+    def close(self) -> list[Message | Violation]:
         if self._over or not self._buf:
             return []
         raw = bytes(self._buf)
         self._buf = bytearray()
-        out: list[JSONFrame | Violation] = [JSONFrame(raw.decode("utf-8", "replace"), len(raw))]
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            out.append(Violation(ViolationKind.INVALID_UTF8, None, "invalid UTF-8 replaced by U+FFFD"))
-        return out
+        return [(None, raw, None, None, len(raw))]
 
 
 def make_framer(framing: Framing, *, max_event_bytes: int, max_json_body_bytes: int):

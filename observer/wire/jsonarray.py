@@ -7,8 +7,9 @@ generated, separated by ``,`` (``,\\r\\n`` is reported; unverified), then ``]``.
 pretty-printed over many lines, so a line-based reader cannot frame them. This decoder is an
 incremental, string- and escape-aware bracket-depth tokenizer over the JSON grammar of RFC 8259
 (§2 structural characters and whitespace, §7 strings and escapes): every complete top-level
-element comes out as soon as its last byte arrives, as a
-:class:`~observer.wire.frames.JSONFrame` whose ``data`` is the element's exact text. The
+element comes out as soon as its last byte arrives, as a message
+(``observer.wire.frames.Message``: ``(None, element bytes, None, None, size_bytes)``) whose
+data is the element's exact bytes. The
 element is not parsed here (the dialect parses it); only its extent is found.
 
 Bytes go in through :meth:`JSONArrayDecoder.feed`; frames and
@@ -20,18 +21,18 @@ Shapes and units
 - Input: ``bytes`` (any bytes-like object is accepted and copied once), split anywhere: inside
   a string, between a backslash and the character it escapes, inside a multi-byte UTF-8
   character, inside the leading BOM.
-- Output: ``list[JSONFrame | Violation]``. Concatenating the lists returned by every ``feed`` and
+- Output: ``list[Message | Violation]``. Concatenating the lists returned by every ``feed`` and
   the final ``close`` gives the same sequence however the input was split.
-- ``JSONFrame.data``: the element's bytes, from its first byte (``{``, ``[``, ``"``, or the first
-  byte of a number/literal) to its last, UTF-8 decoded (U+FFFD for invalid bytes, then an
-  ``invalid_utf8`` violation). ``json.loads(frame.data)`` gives the element when it is valid.
-- ``JSONFrame.size_bytes`` (bytes on the wire): the element plus everything since the previous
+- The message's data: the element's bytes, from its first byte (``{``, ``[``, ``"``, or the
+  first byte of a number/literal) to its last, undecoded (the consumer decodes). ``json.loads``
+  of it gives the element when it is valid.
+- The message's ``size_bytes`` (bytes on the wire): the element plus everything since the previous
   frame's element ended -- for the first element the ``[`` and whitespace before it, later the
   ``,`` and whitespace (or skipped junk) before it. The leading BOM is excluded; the bytes after
   the last element (whitespace, ``]``) belong to no frame. So, for a well-formed body, the sizes
   add up to the body's length minus the BOM and minus what follows the last element.
-- ``max_element_bytes``: bounds the element's own bytes (``len(data)`` in UTF-8 bytes before
-  decoding), the only bytes ever stored.
+- ``max_element_bytes``: bounds the element's own bytes (``len(data)``), the only bytes ever
+  stored.
 
 Violations (``kind``):
 
@@ -63,7 +64,7 @@ import re
 
 from observer.records import Violation, ViolationKind
 from observer.wire.bom import LeadingBOM
-from observer.wire.frames import JSONFrame, nbytes, positive_size
+from observer.wire.frames import Message, nbytes, positive_size
 
 __all__ = ["JSONArrayDecoder"]
 
@@ -170,7 +171,7 @@ class JSONArrayDecoder:
         """Bytes of input currently held (incomplete element, possible BOM prefix). Diagnostic."""
         return len(self._elem) + self._bom.held_bytes
 
-    def feed(self, data: bytes) -> list[JSONFrame | Violation]:
+    def feed(self, data: bytes) -> list[Message | Violation]:
         """Consumes the next chunk of the response body and returns what it completed.
 
         Returns the frames of the elements this chunk completed and the violations found, in
@@ -180,7 +181,7 @@ class JSONArrayDecoder:
             raise ValueError("JSONArrayDecoder.feed() called after close()")
         if not isinstance(data, bytes):
             data = bytes(data)
-        out: list[JSONFrame | Violation] = []
+        out: list[Message | Violation] = []
         # RFC 8259 §8.1: a parser MAY ignore a leading BOM; it counts in no frame.
         was_stripped = self._bom.stripped
         data = self._bom.feed(data)
@@ -192,7 +193,7 @@ class JSONArrayDecoder:
             self._base += len(data)
         return out
 
-    def close(self) -> list[JSONFrame | Violation]:
+    def close(self) -> list[Message | Violation]:
         """Signals end of stream; returns what the end completed. Idempotent (then ``[]``).
 
         Reports ``unterminated_final_event`` if the array was opened but not closed (the detail
@@ -203,7 +204,7 @@ class JSONArrayDecoder:
         if self._closed:
             return []
         self._closed = True
-        out: list[JSONFrame | Violation] = []
+        out: list[Message | Violation] = []
         pending_bom = self._bom.flush()
         if pending_bom:
             # The stream ended inside what could have been a BOM: those bytes are content.
@@ -229,7 +230,7 @@ class JSONArrayDecoder:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _consume(self, data: bytes, out: list[JSONFrame | Violation]) -> None:
+    def _consume(self, data: bytes, out: list[Message | Violation]) -> None:
         """Scans one non-empty chunk (BOM already handled), resuming from the saved state."""
         n = len(data)
         base = self._base
@@ -380,7 +381,7 @@ class JSONArrayDecoder:
             return _STR, 0, i + 1
         return _SCAL, 0, i  # number or literal: _SCALAR consumes it from its first byte
 
-    def _finish(self, data: bytes, end: int, out: list[JSONFrame | Violation]) -> None:
+    def _finish(self, data: bytes, end: int, out: list[Message | Violation]) -> None:
         """Ends the current element at ``data[end - 1]``: frames it unless it is oversize."""
         base = self._base
         end_at = base + end
@@ -397,14 +398,7 @@ class JSONArrayDecoder:
             if len(raw) > self._max:
                 out.append(self._oversize_violation())
             else:
-                size = end_at - self._frame_from
-                try:
-                    out.append(JSONFrame(raw.decode("utf-8"), size))
-                except UnicodeDecodeError:
-                    out.append(JSONFrame(raw.decode("utf-8", "replace"), size))
-                    out.append(
-                        Violation(kind=ViolationKind.INVALID_UTF8, seq=None, detail="invalid UTF-8 replaced by U+FFFD")
-                    )
+                out.append((None, raw, None, None, end_at - self._frame_from))
         # The next frame's size counts from here (dropped elements' bytes are in no frame).
         self._frame_from = end_at
 

@@ -10,8 +10,9 @@ Frames one message per line; it does **not** parse JSON. Sources:
   such as ``0:"Hello"``, ``9:{...}``, ``d:{...}`` -- *not* JSON texts, which is why this framer
   only cuts lines and leaves their interpretation to the dialect.
 
-Bytes go in through :meth:`NDJSONDecoder.feed`, :class:`~observer.wire.frames.JSONFrame` and
-:class:`~observer.records.Violation` values come out in stream order; no I/O, no clock, no
+Bytes go in through :meth:`NDJSONDecoder.feed`, messages (``observer.wire.frames.Message``
+tuples ``(None, line, None, None, size_bytes)``) and :class:`~observer.records.Violation` values
+come out in stream order; no I/O, no clock, no
 globals; malformed input never raises, it is reported.
 
 Shapes and units
@@ -19,10 +20,11 @@ Shapes and units
 - Input: ``bytes`` (any bytes-like object is accepted and copied once), split anywhere:
   inside a line, inside a multi-byte UTF-8 character, inside the leading BOM, between the CR
   and the LF of a CRLF.
-- Output: ``list[JSONFrame | Violation]``. Concatenating the lists returned by every ``feed``
+- Output: ``list[Message | Violation]``. Concatenating the lists returned by every ``feed``
   and the final ``close`` gives the same sequence however the input was split.
-- ``JSONFrame.data``: the line without its line end, UTF-8 decoded (U+FFFD for invalid bytes).
-- ``JSONFrame.size_bytes`` and ``max_line_bytes``: bytes on the wire, the line *and* its
+- The message's data: the line without its line end, undecoded bytes (the consumer decodes;
+  ``observer.wire.frames.text_message`` reports invalid UTF-8).
+- The message's ``size_bytes`` and ``max_line_bytes``: bytes on the wire, the line *and* its
   terminator (1 byte for LF, 2 for CRLF); the stream's leading UTF-8 BOM is excluded. Skipped
   blank lines belong to no frame, so the sizes of all frames add up to the body's length minus
   the BOM and the blank lines.
@@ -43,16 +45,15 @@ Line rules
 - Oversize: a line whose ``size_bytes`` would exceed ``max_line_bytes`` gives one
   ``Violation(kind="oversize_event")`` and no frame; its bytes are dropped as they arrive (O(1)
   held) up to its LF, and framing resumes with the next line.
-- Invalid UTF-8: the frame carries U+FFFD replacements and is followed by
-  ``Violation(kind="invalid_utf8")``. Lines are cut on the LF byte before decoding, and LF never
-  occurs inside a multi-byte UTF-8 sequence, so a character split across chunks is whole by then.
+- UTF-8: lines are cut on the LF byte, and LF never occurs inside a multi-byte UTF-8 sequence,
+  so a character split across chunks is whole in its line.
 """
 
 from __future__ import annotations
 
 from observer.records import Violation, ViolationKind
 from observer.wire.bom import LeadingBOM
-from observer.wire.frames import JSONFrame, nbytes, positive_size
+from observer.wire.frames import Message, nbytes, positive_size
 
 __all__ = ["NDJSONDecoder"]
 
@@ -65,22 +66,16 @@ _JSON_WS = b" \t\r"
 class NDJSONDecoder:
     """Incremental NDJSON line framer (see the module docstring for the rules).
 
-    ``max_line_bytes`` (bytes, > 0) bounds one line as measured by ``JSONFrame.size_bytes``.
+    ``max_line_bytes`` (bytes, > 0) bounds one line as measured by its ``size_bytes``.
     The decoder holds at most ``max_line_bytes`` bytes of an incomplete line (plus up to 2 bytes
     of a possible split BOM) between calls.
 
     Cost: each input byte is searched once by C code (``bytes.find``/``bytes.split``) when its
     chunk arrives; the bytes of an incomplete line are appended to a ``bytearray`` and never
     rescanned (a 300 KB line fed in 16 KB pieces costs O(300 KB)); Python work is per line.
-
-    ``sink`` (optional, default ``None``): called for each non-blank line about to be framed as
-    ``sink(None, body, size_bytes, None, None, out)`` (``body`` the undecoded line without its line
-    end, ``out`` the list this call will return); ``True`` means the consumer took the line (it
-    must first consume and clear ``out``), ``False`` frames it as usual. Same contract as
-    ``observer.wire.sse.SSEDecoder.sink``.
     """
 
-    __slots__ = ("_max", "_closed", "_bom", "_partial", "_skipping", "sink", "_bom_open")
+    __slots__ = ("_max", "_closed", "_bom", "_partial", "_skipping", "_bom_open", "_idle")
 
     def __init__(self, max_line_bytes: int = 1 << 20) -> None:
         """Raises ``ValueError`` if ``max_line_bytes`` is not a positive int."""
@@ -93,70 +88,59 @@ class NDJSONDecoder:
         self._partial = bytearray()
         # Oversize recovery: dropping input up to the next LF.
         self._skipping = False
-        # Optional consumer hook (see the class docstring); None: every frame goes to ``out``.
-        self.sink = None
         self._bom_open = True  # until the leading-BOM question is settled
-
-    @property
-    def idle(self) -> bool:
-        """True when nothing is held (leading-BOM question settled, no partial line, not
-        skipping, not closed): a chunk that is exactly one complete line is then handled exactly
-        as the feed shortcut handles it, and handling it leaves this state unchanged. For
-        ``observer.tap``'s one-line-chunk lane."""
-        return not (self._bom_open or self._partial or self._skipping or self._closed)
+        self._idle = False  # nothing held, BOM settled, not closed: set after each long-way feed
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes of input currently held (incomplete line, possible BOM prefix). Diagnostic."""
         return len(self._partial) + self._bom.held_bytes
 
-    def feed(self, data: bytes) -> list[JSONFrame | Violation]:
+    def feed(self, data: bytes) -> list[Message | Violation]:
         """Consumes the next chunk of the response body and returns what it completed.
 
         Returns the frames and violations of the lines this chunk completed, in stream order
         (often ``[]``). Raises ``ValueError`` if called after :meth:`close`.
-        """
+
+        The commonest chunk, exactly one whole LF-ended line arriving while nothing is held
+        (``_idle``), is handled first, in as few steps as possible."""
+        if self._idle and data.__class__ is bytes:
+            n = len(data)
+            if data.find(b"\n") == n - 1 and n <= self._max:
+                body = data[:-2] if n > 1 and data[-2] == _CR else data[:-1]
+                if body and (body[0] not in _JSON_WS or body.strip(_JSON_WS)):  # not blank
+                    return [(None, body, None, None, n)]
+                return []
+        out = self._feed(data)
+        self._idle = not (self._bom_open or self._partial or self._skipping or self._closed)
+        return out
+
+    def _feed(self, data: bytes) -> list[Message | Violation]:
+        """``feed`` for any chunk."""
         if self._closed:
             raise ValueError("NDJSONDecoder.feed() called after close()")
         if not isinstance(data, bytes):
             data = bytes(data)
-        out: list[JSONFrame | Violation] = []
+        out: list[Message | Violation] = []
         if self._bom_open:
             data = self._bom.feed(data)  # strip exactly one leading BOM
             self._bom_open = not self._bom.settled
-            if not data:
-                return out
-        n = len(data)
-        if not n:
-            return out
-        if (
-            data[-1] == _LF
-            and data.find(b"\n") == n - 1
-            and n <= self._max
-            and not self._partial
-            and not self._skipping
-        ):
-            # The usual chunk: exactly one whole line (what _consume does with it, inline).
-            body = data[:-2] if n > 1 and data[-2] == _CR else data[:-1]
-            if body and body.strip(_JSON_WS):
-                sink = self.sink
-                if sink is None or not sink(None, body, n, None, None, out):
-                    self._frame(body, n, out)
-            return out
-        self._consume(data, out)
+        if data:
+            self._consume(data, out)
         return out
 
-    def close(self) -> list[JSONFrame | Violation]:
+    def close(self) -> list[Message | Violation]:
         """Signals end of stream; returns what the end completed. Idempotent (then ``[]``).
 
-        A non-blank final line without LF is returned as a ``JSONFrame`` followed by
+        A non-blank final line without LF is returned as a message followed by
         ``Violation(kind="unterminated_final_event")``; a blank one, or nothing pending, gives
         ``[]``; a line being skipped as oversize was already reported and gives nothing more.
         """
         if self._closed:
             return []
         self._closed = True
-        out: list[JSONFrame | Violation] = []
+        self._idle = False
+        out: list[Message | Violation] = []
         pending_bom = self._bom.flush()
         if pending_bom:
             # The stream ended inside what could have been a BOM: those bytes are content.
@@ -183,7 +167,7 @@ class NDJSONDecoder:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _consume(self, data: bytes, out: list[JSONFrame | Violation]) -> None:
+    def _consume(self, data: bytes, out: list[Message | Violation]) -> None:
         """Scans one non-empty chunk (BOM already handled)."""
         if self._skipping:
             # Oversize recovery: drop everything up to and including the next LF, holding nothing.
@@ -205,6 +189,8 @@ class NDJSONDecoder:
                 partial += data
             return
         # One C-level split of the chunk; the last piece is the start of an incomplete line.
+        # Without a CR (memchr; a held line included) no line needs its CR removed.
+        crs = _CR in data or _CR in partial
         lines = data.split(b"\n")
         tail = lines.pop()
         if partial:
@@ -216,44 +202,35 @@ class NDJSONDecoder:
                 partial += first  # one copy of a long line, not two
                 lines[0] = bytes(partial)
             partial.clear()
-        emit = self._emit
+        append = out.append
         limit = self._max
         for raw in lines:
-            if raw is None or len(raw) + 1 > limit:
+            n = len(raw) + 1 if raw is not None else limit + 1
+            if n > limit:
                 # A complete line over the limit: report it, nothing to skip (its LF is here).
-                out.append(self._oversize_violation())
+                append(self._oversize_violation())
                 continue
             # CRLF: the CR right before the LF belongs to the line end (it counts in size).
-            body = raw[:-1] if raw and raw[-1] == _CR else raw
-            if not body or not body.strip(_JSON_WS):
+            if crs and raw and raw[-1] == _CR:
+                raw = raw[:-1]
+            if not raw or (raw[0] in _JSON_WS and not raw.strip(_JSON_WS)):
                 continue  # blank line: not a message
-            emit(body, len(raw) + 1, out)
+            append((None, raw, None, None, n))
         if tail:
             if len(tail) > limit:
                 self._oversize(out)
             else:
                 partial += tail
 
-    def _emit(self, body: bytes, size: int, out: list[JSONFrame | Violation]) -> None:
-        """Appends the frame for one line (``body`` without its line end; ``size`` on the wire)."""
-        sink = self.sink
-        if sink is None or not sink(None, body, size, None, None, out):
-            self._frame(body, size, out)
-
-    def _frame(self, body: bytes, size: int, out: list[JSONFrame | Violation]) -> None:
-        """Appends the ``JSONFrame`` of one line (and ``invalid_utf8`` if it needed replacing)."""
-        try:
-            out.append(JSONFrame(body.decode("utf-8"), size))
-        except UnicodeDecodeError:
-            # The record says so: the text on record is not exactly what was sent.
-            out.append(JSONFrame(body.decode("utf-8", "replace"), size))
-            out.append(Violation(kind=ViolationKind.INVALID_UTF8, seq=None, detail="invalid UTF-8 replaced by U+FFFD"))
+    def _emit(self, body: bytes, size: int, out: list[Message | Violation]) -> None:
+        """Appends the message of one line (``body`` without its line end; ``size`` on the wire)."""
+        out.append((None, body, None, None, size))
 
     def _oversize_violation(self) -> Violation:
         # The detail must not depend on where the overflow was noticed (chunking independence).
         return Violation(kind=ViolationKind.OVERSIZE_EVENT, seq=None, detail=f"line exceeded {self._max} bytes")
 
-    def _oversize(self, out: list[JSONFrame | Violation]) -> None:
+    def _oversize(self, out: list[Message | Violation]) -> None:
         """Reports the incomplete current line as oversize and skips input to its LF."""
         out.append(self._oversize_violation())
         self._partial.clear()

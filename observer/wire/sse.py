@@ -2,8 +2,8 @@
 
 Implements WHATWG HTML §9.2.6 "Interpreting an event stream" (with the line ends and BOM
 of §9.2.5 "Parsing an event stream"), in the manner of python-hyper/h11 and httpx-sse ``_decoders.py``:
-bytes go in through :meth:`SSEDecoder.feed`, complete :class:`SSEEvent` values and
-:class:`~observer.records.Violation` values come out, in stream order. No I/O, no clock, no
+bytes go in through :meth:`SSEDecoder.feed`, complete events (``observer.wire.frames.Message``
+tuples, undecoded) and :class:`~observer.records.Violation` values come out, in stream order. No I/O, no clock, no
 globals; the decoder never blocks and never raises on malformed input (malformed input is
 either ignored, as WHATWG prescribes, or reported as a ``Violation``).
 
@@ -12,10 +12,22 @@ Shapes and units
 - Input: ``bytes`` (any bytes-like object is accepted and copied once), split anywhere,
   including inside a multi-byte UTF-8 character, inside the leading BOM and between the CR
   and the LF of a CRLF.
-- Output: ``list[SSEEvent | Violation]``. Concatenating the lists returned by every
+- Output: ``list[Message | Violation]``. Concatenating the lists returned by every
   ``feed`` and the final ``close`` gives the same sequence however the input was split.
-- Sizes (``SSEEvent.size_bytes``, ``max_event_bytes``): bytes on the wire, UTF-8 undecoded,
-  line terminators included, the stream's leading BOM excluded.
+- One event (WHATWG "dispatch the event") is the message ``(event, data, id, retry,
+  size_bytes)``: ``event`` the ``event`` field's value, undecoded bytes (``b""`` when the block
+  had none: WHATWG's default type ``"message"`` is left to the consumer); ``data`` the ``data``
+  lines' values joined with LF (WHATWG appends value + LF per line and removes one trailing LF
+  at dispatch), undecoded; ``id`` the last-event-ID buffer at dispatch (it persists across
+  events; ``None`` if no ``id`` field was ever accepted), decoded with replacement; ``retry``
+  the reconnection time in milliseconds set by a ``retry`` field of this block (ASCII digits
+  only), else ``None``.
+- UTF-8 is not decoded here: WHATWG decodes the stream with replacement, and the consumer
+  does that (``observer.wire.frames.text_message``, which also reports ``invalid_utf8``) only
+  for data it cannot parse as JSON straight from the bytes.
+- Sizes (``size_bytes``, ``max_event_bytes``): bytes on the wire, UTF-8 undecoded, line
+  terminators included (every line since the previous blank line, comments and unknown fields
+  included, plus the dispatching blank line), the stream's leading BOM excluded.
 
 Where this decoder departs from WHATWG, on purpose (it observes for the record, it does not
 drive an ``EventSource``):
@@ -25,8 +37,6 @@ drive an ``EventSource``):
   ``Violation(kind="unterminated_final_event")``.
 - Oversize events: an event block larger than ``max_event_bytes`` is discarded and reported
   as ``Violation(kind="oversize_event")``; the decoder resynchronises at the next blank line.
-- The default event type ``"message"`` is not filled in: ``SSEEvent.event`` is ``""`` when
-  the block had no ``event`` field (consumers apply the default).
 - A blank line whose CR is the very last byte fed so far is not acted on until the next byte
   (or ``close``) shows whether an LF follows: that keeps ``size_bytes`` exact and the output
   independent of chunking. Only streams using bare-CR line ends, or a CRLF split exactly
@@ -35,12 +45,11 @@ drive an ``EventSource``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from observer.records import Violation, ViolationKind
 from observer.wire.bom import LeadingBOM
+from observer.wire.frames import Message
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["SSEDecoder"]
 
 _LF = 0x0A
 _CR = 0x0D
@@ -55,71 +64,29 @@ _CR_DEFER = 2  # CR ended a blank line: the LF (if any) belongs to it, then act 
 _CR_DROP = 3  # CR ended a line being skipped (oversize recovery): swallow the LF
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One dispatched event (WHATWG "dispatch the event" step).
-
-    - ``event``: the ``event`` field's value; ``""`` when the block had none (WHATWG's default
-      type ``"message"`` is left to the consumer).
-    - ``data``: the ``data`` lines' values joined with ``"\\n"`` (WHATWG appends value + LF per
-      line and removes one trailing LF at dispatch).
-    - ``id``: the last-event-ID buffer at dispatch; it persists across events (WHATWG), ``None``
-      if no ``id`` field was ever accepted on this stream.
-    - ``retry``: the reconnection time in milliseconds set by a ``retry`` field of this block
-      (ASCII digits only), else ``None``.
-    - ``size_bytes``: bytes this event occupied on the wire: every line since the previous
-      blank line (comments and unknown fields included) with its line terminator, plus the
-      dispatching blank line; the stream's leading BOM excluded.
-    """
-
-    event: str
-    data: str
-    id: str | None
-    retry: int | None
-    size_bytes: int
-
-
-def _event_factory():
-    """A constructor equal in effect to ``SSEEvent(event, data, id, retry, size_bytes)`` that
-    sets the slots directly: a frozen dataclass's ``__init__`` goes through
-    ``object.__setattr__`` per field, about twice the cost, once per event on the hot path."""
-    new = object.__new__
-    cls = SSEEvent
-    set_event = SSEEvent.event.__set__  # type: ignore[attr-defined]
-    set_data = SSEEvent.data.__set__  # type: ignore[attr-defined]
-    set_id = SSEEvent.id.__set__  # type: ignore[attr-defined]
-    set_retry = SSEEvent.retry.__set__  # type: ignore[attr-defined]
-    set_size = SSEEvent.size_bytes.__set__  # type: ignore[attr-defined]
-
-    def make(event: str, data: str, id: str | None, retry: int | None, size_bytes: int) -> SSEEvent:
-        ev = new(cls)
-        set_event(ev, event)
-        set_data(ev, data)
-        set_id(ev, id)
-        set_retry(ev, retry)
-        set_size(ev, size_bytes)
-        return ev
-
-    return make
-
-
-_new_event = _event_factory()
+def _bare_line_end(block: bytes) -> bool:
+    """True when ``block`` holds a CR or LF that is not part of a CRLF pair (memchr scans; the
+    ``replace`` only for blocks of several lines)."""
+    if _LF not in block:
+        return _CR in block
+    rest = block.replace(b"\r\n", b"")
+    return _CR in rest or _LF in rest
 
 
 class SSEDecoder:
     """Incremental ``text/event-stream`` decoder (WHATWG HTML §9.2.6).
 
     ``max_event_bytes`` (bytes, > 0) bounds one event block as measured by
-    ``SSEEvent.size_bytes``; a larger block is discarded with one ``oversize_event``
+    the message's ``size_bytes``; a larger block is discarded with one ``oversize_event``
     violation. The decoder holds at most about ``max_event_bytes`` plus one input chunk.
 
     Cost: each input byte is scanned a small constant number of times, by C code
     (``in``, ``bytes.split``/``splitlines``), when its chunk arrives; the bytes of an incomplete
     line are appended to a ``bytearray`` and never rescanned; Python work is per line, not per
-    byte. Shortcuts for the usual chunks (nothing pending and LF line ends: whole blocks split
-    on LF LF, one-data-line events handled inline; one CRLF data-line event; a pending block
-    finished line by line, then the whole blocks after it) give exactly the line-by-line
-    output, and a long line is copied once on its way to ``data``.
+    byte. Shortcuts for the usual chunks (one event of one data line, after at most one event
+    line, while nothing is pending; whole blocks split on two line ends, LF or CRLF throughout;
+    a pending block finished line by line, then the whole blocks after it) give exactly the
+    line-by-line output, and a long line is copied once on its way to ``data``.
     """
 
     __slots__ = (
@@ -135,8 +102,8 @@ class SSEDecoder:
         "_skipping",
         "_skip_at_line_start",
         "_cr",
-        "sink",
         "_bom_open",
+        "_idle",
     )
 
     def __init__(self, max_event_bytes: int = 1 << 20) -> None:
@@ -150,7 +117,7 @@ class SSEDecoder:
         self._bom = LeadingBOM()
         # The incomplete current line (no terminator seen yet).
         self._partial = bytearray()
-        # The current block: data values (raw bytes, decoded at dispatch), event type buffer,
+        # The current block: data values (raw bytes), event type buffer,
         # retry set by this block, and the bytes of its complete lines.
         self._data: list[bytes] = []
         self._event = b""
@@ -162,19 +129,10 @@ class SSEDecoder:
         self._skipping = False
         self._skip_at_line_start = True
         self._cr = _CR_NONE
-        # Optional consumer hook (see the class docstring); None: every event goes to ``out``.
-        self.sink = None
         self._bom_open = True  # until the leading-BOM question is settled
-
-    @property
-    def idle(self) -> bool:
-        """True when nothing is held or in progress (leading-BOM question settled, no partial
-        line, no block begun, no CR pending, not skipping, not closed): a chunk that is exactly
-        one complete event is then handled exactly as the feed shortcut handles it, and handling
-        it leaves this state unchanged. For ``observer.tap``'s one-event-chunk lane."""
-        return not (
-            self._bom_open or self._size or self._partial or self._cr or self._skipping or self._closed
-        )
+        # Nothing held or in progress (BOM question settled, no partial line, no block begun, no
+        # CR pending, not skipping, not closed): set after each chunk ``feed`` took the long way.
+        self._idle = False
 
     @property
     def last_id(self) -> str | None:
@@ -189,17 +147,51 @@ class SSEDecoder:
         held = len(self._partial) + len(self._event) + sum(map(len, self._data))
         return held + self._bom.held_bytes
 
-    def feed(self, data: bytes) -> list[SSEEvent | Violation]:
+    def feed(self, data: bytes) -> list[Message | Violation]:
         """Consumes the next chunk of the response body and returns what it completed.
 
         Returns the events dispatched and violations found, in stream order (often ``[]``).
         Raises ``ValueError`` if called after :meth:`close`.
-        """
+
+        The commonest chunk of a token stream, exactly one event of one ``data: `` line,
+        optionally after one ``event: `` line, LF line ends (or CRLF for a lone data line),
+        arriving while nothing is held
+        (``_idle``), is handled first, in as few steps as possible: what the line-by-line path
+        gives for it (docs/performance.md, "The one-event chunk")."""
+        if self._idle and data.__class__ is bytes:
+            head, _, rest = data.partition(b"\n")
+            if rest == b"\n":
+                if head[:6] == b"data: " and _CR not in head and (n := len(data)) <= self._max:
+                    return [(b"", head[6:], self._last_id, None, n)]
+            elif rest == b"\r\n":  # one CRLF data-line event (Google's streams)
+                if (
+                    head[:6] == b"data: "
+                    and head.find(b"\r") == len(head) - 1
+                    and (n := len(data)) <= self._max
+                ):
+                    return [(b"", head[6:-1], self._last_id, None, n)]
+            elif (
+                head[:7] == b"event: "
+                and rest[:6] == b"data: "
+                and rest[-2:] == b"\n\n"
+                and rest.find(b"\n") == len(rest) - 2
+                and _CR not in data
+                and (n := len(data)) <= self._max
+            ):
+                return [(head[7:], rest[6:-2], self._last_id, None, n)]
+        out = self._feed(data)
+        self._idle = not (
+            self._bom_open or self._size or self._partial or self._cr or self._skipping or self._closed
+        )
+        return out
+
+    def _feed(self, data: bytes) -> list[Message | Violation]:
+        """``feed`` for any chunk."""
         if self._closed:
             raise ValueError("SSEDecoder.feed() called after close()")
         if not isinstance(data, bytes):
             data = bytes(data)
-        out: list[SSEEvent | Violation] = []
+        out: list[Message | Violation] = []
         if self._bom_open:
             # WHATWG §9.2.5: the stream is decoded with "UTF-8 decode", which strips exactly one
             # leading BOM; a later BOM is ordinary data (it becomes U+FEFF).
@@ -207,85 +199,43 @@ class SSEDecoder:
             self._bom_open = not self._bom.settled
         if not data:
             return out
-        if not self._size and not self._partial and not self._cr and not self._skipping:
-            # Nothing pending: whole-event chunks (the usual case) take a shortcut.
-            if data[-2:] == b"\n\n":
-                if _CR not in data:  # int membership: memchr (a bytes needle is ~20x slower)
-                    n = len(data)
-                    first = data.find(b"\n")
-                    if n <= self._max:
-                        # The commonest chunks of all, inline: one event of one data line,
-                        # unnamed or after one event line. One slice each; ONE space dropped.
-                        if first == n - 2 and data[:5] == b"data:":
-                            event = b""
-                            raw = data[6:-2] if data[5:6] == b" " else data[5:-2]
-                        elif (
-                            data[:6] == b"event:"
-                            and data[first + 1 : first + 6] == b"data:"
-                            and data.find(b"\n", first + 1) == n - 2
-                        ):
-                            event = data[7:first] if data[6:7] == b" " else data[6:first]
-                            raw = data[first + 7 : -2] if data[first + 6 : first + 7] == b" " else data[first + 6 : -2]
-                        else:
-                            self._blocks(data, out)
-                            return out
-                        sink = self.sink
-                        if sink is None or not sink(event, raw, n, self._last_id, None, out):
-                            self._emit_decoded(raw, event, n, None, out)
-                        return out
-                    self._blocks(data, out)
-                    return out
-            elif _CR not in data:
-                self._blocks(data, out)  # ends inside a block: whole blocks first, then the tail
-                return out
-            elif (
-                data[-4:] == b"\r\n\r\n"
-                and data[:5] == b"data:"
-                and data.find(b"\r") == len(data) - 4
-                and data.find(b"\n") == len(data) - 3
-            ):
-                # One CRLF event of one data line (Google's streams).
-                self._one(data[6:-4] if data[5:6] == b" " else data[5:-4], b"", len(data), out)
-                return out
-        elif not self._cr and _CR not in data:
-            # A block is pending (a chunk boundary fell inside it): finish it line by line, then
-            # the whole blocks after it take the shortcut. The first LF LF ends a block: the
-            # line ending at its first LF is followed by a blank line.
-            end = data.find(b"\n\n") + 2
-            if end > 1 and end < len(data):
-                # data[:end] ends with a blank line, which ends the block (and any oversize
-                # skipping) with nothing held: the rest is whole blocks, as ``_blocks`` requires.
-                self._consume(data[:end], out)
-                self._blocks(data[end:], out)
-                return out
+        if self._cr:
+            self._consume(data, out)
+            return out
+        # LF line ends, or else CRLF as Google sends them (``_blocks`` checks each block).
+        eol = b"\n" if _CR not in data else b"\r\n"  # int membership: memchr (bytes: ~20x slower)
+        if not self._size and not self._partial and not self._skipping:
+            # Nothing pending: whole blocks take the shortcut (the usual case).
+            self._blocks(data, out, eol)
+            return out
+        # A block is pending (a chunk boundary fell inside it): finish it line by line, then the
+        # whole blocks after it take the shortcut. The first blank line ends a block: the line
+        # ending at its first two line ends in a row is followed by a blank line.
+        sep = eol + eol
+        end = data.find(sep) + len(sep)
+        if end >= len(sep) and end < len(data):
+            # data[:end] ends with a blank line, which ends the block (and any oversize
+            # skipping) with nothing held: the rest is whole blocks, as ``_blocks`` requires.
+            self._consume(data[:end], out)
+            self._blocks(data[end:], out, eol)
+            return out
         self._consume(data, out)
         return out
 
-    def _one(self, raw: bytes, event: bytes, size: int, out: list[SSEEvent | Violation]) -> None:
-        """Dispatches a whole single-data-line event found by a shortcut (``raw`` the value
-        after ``data:``, ``event`` after ``event:``, each without its one optional leading
-        space; ``size`` its bytes): what the line-by-line path does for it."""
-        if size > self._max:
-            # Rare: what the line-by-line path reports (one oversize_event, nothing pending).
-            self._oversize(out, line_complete=True, blank=True)
-            return
-        sink = self.sink
-        if sink is None or not sink(event, raw, size, self._last_id, None, out):
-            self._emit_decoded(raw, event, size, None, out)
-
-    def close(self) -> list[SSEEvent | Violation]:
+    def close(self) -> list[Message | Violation]:
         """Signals end of stream; returns what the end completed. Idempotent (then ``[]``).
 
         WHATWG discards an incomplete final event; here, if the block pending at the end has
         data (an unterminated last line is parsed as a line first), it is returned as an
-        ``SSEEvent`` followed by ``Violation(kind="unterminated_final_event")``; a pending block
+        message followed by ``Violation(kind="unterminated_final_event")``; a pending block
         with no data yields only the violation; nothing pending yields ``[]``. A block being
         skipped as oversize was already reported and yields nothing more.
         """
         if self._closed:
             return []
         self._closed = True
-        out: list[SSEEvent | Violation] = []
+        self._idle = False
+        out: list[Message | Violation] = []
         pending_bom = self._bom.flush()
         if pending_bom:
             # A stream that ended inside what could have been a BOM: those bytes are content.
@@ -326,7 +276,7 @@ class SSEDecoder:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _consume(self, data: bytes, out: list[SSEEvent | Violation]) -> None:
+    def _consume(self, data: bytes, out: list[Message | Violation]) -> None:
         """Scans one non-empty chunk (BOM already handled)."""
         cr = self._cr
         if cr:
@@ -376,50 +326,49 @@ class SSEDecoder:
                 if self._size + len(self._partial) > self._max:
                     self._oversize(out, line_complete=False, blank=False)
 
-    def _blocks(self, data: bytes, out: list[SSEEvent | Violation]) -> None:
-        """Fast path for the common chunk: LF line ends only and nothing pending before it.
-        Complete blocks made only of ``data``/``event`` lines are dispatched straight from one
-        ``split`` on ``\\n\\n``; from the first block that is anything else (comments,
-        ``id``/``retry``, extra blank lines, oversize) the rest of the chunk, else just the
-        unfinished tail after the last blank line, goes through :meth:`_consume`, which sees
-        exactly the state it would have seen (every block before it was complete). Same output
-        as :meth:`_consume` alone."""
-        blocks = data.split(b"\n\n")
-        tail = blocks.pop()  # after the last LF LF: the start of the next block (maybe b"")
+    def _blocks(self, data: bytes, out: list[Message | Violation], eol: bytes) -> None:
+        """Fast path for the common chunk: nothing pending before it and line ends ``eol``: LF
+        (then ``data`` has no CR at all), or CRLF. Complete blocks made only of ``data``/
+        ``event`` lines are dispatched straight from one ``split`` on two line ends (with CRLF,
+        each piece is checked for any other CR or LF: memchr, not a count); from the first block
+        that is anything else (comments, ``id``/``retry``, extra blank lines, other line ends,
+        oversize) the rest of the chunk, else just the unfinished tail after the last blank
+        line, goes through :meth:`_consume`, which sees exactly the state it would have seen
+        (every block before it was complete). Same output as :meth:`_consume` alone."""
+        blocks = data.split(eol + eol)
+        tail = blocks.pop()  # after the last blank line: the start of the next block (maybe b"")
         limit = self._max
+        crlf = eol == b"\r\n"
+        term = 4 if crlf else 2
         emit = self._emit_raw
-        emit_decoded = self._emit_decoded
-        sink = self.sink
+        append = out.append
         last_id = self._last_id  # no id line is handled here: constant for the loop
         pos = 0
         for block in blocks:
-            n = len(block) + 2
-            if not block or block[0] == _LF or n > limit:
+            n = len(block) + term
+            if n > limit:
                 break
-            first = block.find(b"\n")
-            if first < 0:
-                if block[:5] == b"data:":  # one data line
-                    raw = block[5:]
-                    if raw[:1] == b" ":
-                        raw = raw[1:]
-                    if sink is None or not sink(b"", raw, n, last_id, None, out):
-                        emit_decoded(raw, b"", n, None, out)
+            if block[:5] == b"data:":
+                if _LF not in block and not (crlf and _CR in block):  # one data line; ONE space dropped
+                    append((b"", block[6:] if block[5:6] == b" " else block[5:], last_id, None, n))
                     pos += n
                     continue
-            elif block[:6] == b"event:" and block[first + 1 : first + 6] == b"data:" and block.find(b"\n", first + 1) < 0:
-                event = block[6:first]  # an event line and one data line
-                if event[:1] == b" ":
-                    event = event[1:]
-                raw = block[first + 6 :]
-                if raw[:1] == b" ":
-                    raw = raw[1:]
-                if sink is None or not sink(event, raw, n, last_id, None, out):
-                    emit_decoded(raw, event, n, None, out)
-                pos += n
-                continue
+            elif block[:6] == b"event:":
+                head, _, rest = block.partition(eol)
+                if (
+                    rest[:5] == b"data:"
+                    and _LF not in rest
+                    and not (crlf and (_CR in rest or _CR in head or _LF in head))
+                ):  # an event line and one data line
+                    event = head[7:] if head[6:7] == b" " else head[6:]
+                    append((event, rest[6:] if rest[5:6] == b" " else rest[5:], last_id, None, n))
+                    pos += n
+                    continue
+            if not block or block[0] == _LF or block[0] == _CR or (crlf and _bare_line_end(block)):
+                break
             event = b""
             values = []
-            for line in block.split(b"\n"):
+            for line in block.split(eol):
                 if line.startswith(b"data:"):
                     value = line[5:]
                     values.append(value[1:] if value[:1] == b" " else value)
@@ -440,7 +389,7 @@ class SSEDecoder:
             return
         self._consume(data[pos:] if pos else data, out)
 
-    def _split_lines(self, data: bytes, sep: bytes, out: list[SSEEvent | Violation]) -> bytes:
+    def _split_lines(self, data: bytes, sep: bytes, out: list[Message | Violation]) -> bytes:
         """Processes the complete lines of ``data``, all ended by ``sep`` (LF, or CRLF with no
         other CR or LF in ``data``), the first continuing the held partial line; returns the
         unterminated tail."""
@@ -454,7 +403,7 @@ class SSEDecoder:
             self._lines(lines, len(sep), out)
         return tail
 
-    def _lines(self, lines: list[bytes], term: int, out: list[SSEEvent | Violation]) -> None:
+    def _lines(self, lines: list[bytes], term: int, out: list[Message | Violation]) -> None:
         """Processes complete lines that all ended with a ``term``-byte terminator: the same
         as calling :meth:`_line` on each, with ``data``/``event`` fields and blank lines (nearly
         every line of a real stream) handled inline; anything else (other fields, comments,
@@ -499,7 +448,7 @@ class SSEDecoder:
             line(body, 0, out)
         self._size = size
 
-    def _line_before_lf(self, body: bytes, n: int, out: list[SSEEvent | Violation]) -> None:
+    def _line_before_lf(self, body: bytes, n: int, out: list[Message | Violation]) -> None:
         """Handles a line whose CR terminator is the last byte fed so far (an LF may follow)."""
         if self._skipping:
             self._line(body, n, out)
@@ -517,7 +466,7 @@ class SSEDecoder:
             self._line(body, n, out)
             self._cr = _CR_DROP if self._skipping else _CR_COUNT
 
-    def _line(self, body: bytes, n: int, out: list[SSEEvent | Violation]) -> None:
+    def _line(self, body: bytes, n: int, out: list[Message | Violation]) -> None:
         """Processes one complete line: ``body`` without its terminator, ``n`` its size on the
         wire with the terminator (the size of a deferred blank line is already counted when
         ``n`` is 0)."""
@@ -579,45 +528,16 @@ class SSEDecoder:
                     pass
         # WHATWG: any other field name is ignored.
 
-    def _emit_event(self, out: list[SSEEvent | Violation]) -> None:
+    def _emit_event(self, out: list[Message | Violation]) -> None:
         # WHATWG: data buffer = values each followed by LF, then one trailing LF removed,
-        # i.e. the values joined by LF. WHATWG decodes with replacement (U+FFFD); the record
-        # also says so, because a replaced byte means the text on record is not what was sent.
+        # i.e. the values joined by LF (decoding is the consumer's: module docstring).
         data = self._data
         self._emit_raw(data[0] if len(data) == 1 else b"\n".join(data), self._event, self._size, self._retry, out)
 
-    def _emit_raw(self, raw: bytes, event: bytes, size: int, retry: int | None, out: list[SSEEvent | Violation]) -> None:
+    def _emit_raw(self, raw: bytes, event: bytes, size: int, retry: int | None, out: list[Message | Violation]) -> None:
         """Dispatches one event: data ``raw`` and type ``event`` undecoded, ``size`` bytes on the
-        wire, ``retry`` set by its block (offered to ``sink`` first)."""
-        sink = self.sink
-        if sink is not None and sink(event, raw, size, self._last_id, retry, out):
-            return
-        self._emit_decoded(raw, event, size, retry, out)
-
-    def _emit_decoded(
-        self, raw: bytes, event: bytes, size: int, retry: int | None, out: list[SSEEvent | Violation]
-    ) -> None:
-        """Appends the ``SSEEvent`` of an event the sink declined or was not offered (data and
-        type decoded with replacement, ``invalid_utf8`` after it if anything was replaced)."""
-        bad = False
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", "replace")
-            bad = True
-        if event:
-            try:
-                event_text = event.decode("utf-8")
-            except UnicodeDecodeError:
-                event_text = event.decode("utf-8", "replace")
-                bad = True
-        else:
-            event_text = ""
-        out.append(_new_event(event_text, text, self._last_id, retry, size))
-        if bad:
-            out.append(
-                Violation(kind=ViolationKind.INVALID_UTF8, seq=None, detail="invalid UTF-8 replaced by U+FFFD")
-            )
+        wire, ``retry`` set by its block."""
+        out.append((event, raw, self._last_id, retry, size))
 
     def _reset_block(self) -> None:
         self._data = []
@@ -625,7 +545,7 @@ class SSEDecoder:
         self._retry = None
         self._size = 0
 
-    def _oversize(self, out: list[SSEEvent | Violation], *, line_complete: bool, blank: bool) -> None:
+    def _oversize(self, out: list[Message | Violation], *, line_complete: bool, blank: bool) -> None:
         """Discards the current block (reported once) and, unless the line that overflowed was
         the block's own blank line, skips input up to the next blank line."""
         out.append(Violation(kind=ViolationKind.OVERSIZE_EVENT, seq=None, detail=f"event exceeded {self._max} bytes"))

@@ -202,7 +202,7 @@ def _line_in_1k_chunks(n: int, end: bytes) -> None:
     for i in range(0, len(data), 1024):
         out += dec.feed(data[i : i + 1024])
     out += dec.close()
-    assert len(out) == 1 and out[0].data == "y" * n and out[0].size_bytes == 6 + n + 2 * len(end)
+    assert out == [(b"", b"y" * n, None, None, 6 + n + 2 * len(end))]
 
 
 @pytest.mark.parametrize("end", [b"\n", b"\r\n"], ids=["lf", "crlf"])
@@ -247,13 +247,23 @@ def test_quadratic_join_per_delta_fails_the_time_test(monkeypatch):
     original = OpenAIChatAdapter.fast
     seen: weakref.WeakKeyDictionary[OpenAIChatAdapter, list[str]] = weakref.WeakKeyDictionary()
 
-    def joining(self, event, obj):
-        hit = original(self, event, obj)
-        if hit and len(hit) == 3:
-            pieces = seen.setdefault(self, [])
-            pieces.append(hit[2])
+    class Joining:
+        """The real sink, joining every text seen so far on each delta."""
+
+        def __init__(self, adapter, sink):
+            self._adapter, self._sink = adapter, sink
+
+        def text(self, index, block_type, text, now_s):
+            pieces = seen.setdefault(self._adapter, [])
+            pieces.append(text)
             "".join(pieces)
-        return hit
+            self._sink.text(index, block_type, text, now_s)
+
+        def fragment(self, *args):
+            self._sink.fragment(*args)
+
+    def joining(self, event, obj, sink, now_s):
+        return original(self, event, obj, Joining(self, sink), now_s)
 
     monkeypatch.setattr(OpenAIChatAdapter, "fast", joining)
     assert work_ratio(STREAMS["text deltas, one event per chunk"], 4000) >= MAX_RATIO  # (margin under load)

@@ -1,4 +1,4 @@
-"""The tap's fast lanes (``StreamAdapter.fast``/``on_object`` through the framer's ``sink``)
+"""The tap's fast lanes (``StreamAdapter.fast``/``on_object`` of each message parsed once)
 give exactly the record of the general path (every message built, decoded and mapped by
 ``on_message``), whatever the chunking, the limits and the noise mixed into the stream.
 
@@ -371,8 +371,8 @@ def test_fast_lane_is_taken(dialect, monkeypatch):
     calls = {"hit": 0}
     original = adapter_cls.fast
 
-    def counting(self, event, obj):
-        hit = original(self, event, obj)
+    def counting(self, event, obj, sink, now_s):
+        hit = original(self, event, obj, sink, now_s)
         if hit:
             calls["hit"] += 1
         return hit
@@ -492,7 +492,7 @@ def test_gemini_call_fast_lane_is_taken(monkeypatch):
 
     def counting(self, index, part, call):
         hit = original(self, index, part, call)
-        if hit is not None:
+        if hit:
             calls["hit"] += 1
         return hit
 
@@ -502,7 +502,7 @@ def test_gemini_call_fast_lane_is_taken(monkeypatch):
     assert orjson.loads(ex["tool_calls"][0]["arguments"]) == {"content": "ab" * 6}
 
 
-# -- the tap's whole-message loop (StreamObserver._bulk) and runs (Reassembler.texts/fragments) ---
+# -- the framers' shortcuts and the reassembler's runs -----------------------------------------------
 
 _CHAT_HEAD = b'{"id":"c1","object":"chat.completion.chunk","model":"gpt","choices":[{"index":0,"delta":'
 
@@ -512,7 +512,8 @@ def _chat_delta(text: str) -> bytes:
 
 
 # One SSE block each: (lines, payload kind). Payloads are chat chunks the fast lane takes, so
-# every shape below reaches the reassembler either through the tap's loop or through the framer.
+# every shape below reaches the reassembler through one of the SSE framer's shortcuts or its
+# line-by-line path.
 _BLOCKS = st.sampled_from(
     [
         [b"data: %D"],
@@ -544,11 +545,11 @@ _BLOCKS = st.sampled_from(
     whole=st.booleans(),
 )
 def test_bulk_lane_equals_general(blocks, eols, points, limits, whole):
-    """Chunks of many messages in every SSE shape the tap's loop takes (one data line, after an
-    event line, with or without the space, LF or CRLF line ends) and every shape it must hand
-    to the framer (id/retry/comment lines, several data lines, blank lines, bare CR, not JSON,
-    an event type that is not UTF-8), in any chunking and under tight limits: exactly the
-    record of the general path."""
+    """Chunks of many messages in every SSE shape the framer's shortcuts take (one data line,
+    after an event line, with or without the space, LF or CRLF line ends) and every shape they
+    leave to its line-by-line path (id/retry/comment lines, several data lines, blank lines, bare
+    CR), data that is not JSON and an event type that is not UTF-8, in any chunking and under
+    tight limits: exactly the record of the general path."""
     like = _streaming_case("openai.chat", "text/event-stream")
     out = [b"data: " + _CHAT_HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n']
     for i, (lines, text) in enumerate(blocks):
@@ -590,42 +591,33 @@ def test_long_runs_equal_general(chunking, limits):
         assert [len(c["arguments"]) for c in fast["tool_calls"]] == [len("".join(f"a{i}" for i in range(300)))] * 2
 
 
-def test_bulk_lane_and_runs_are_taken():
-    """A chunk of many simple messages goes through the tap's loop (none reaches the framer's
-    sink) and its text deltas are applied as one run (one ``Reassembler.texts``
-    call), else the equality tests above would prove nothing about them."""
+def test_runs_are_taken():
+    """Consecutive text deltas of one block are applied as one run (one ``Reassembler._extend``
+    of the pieces after the first), whole or one message per chunk, else the equality tests
+    above would prove nothing about runs."""
     from observer.reassembly import Reassembler
-    from observer.tap import StreamObserver as SO
 
     like = _streaming_case("openai.chat", "text/event-stream")
-    body = b"".join(
+    events = (
         [b"data: " + _CHAT_HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n']
         + [b"data: " + _chat_delta(t) + b"\n\n" for t in ("a", "b", "c", "d", "e")]
         + [b"data: [DONE]\n\n"]
     )
-    seen: dict[str, list] = {"sink": [], "texts": []}
-    sink, texts = SO._sink, Reassembler.texts
+    extend = Reassembler._extend
+    for chunks in ([b"".join(events)], events):
+        seen: list[list[str]] = []
 
-    def counting_sink(self, *a):
-        seen["sink"].append(a[1][:12])
-        return sink(self, *a)
+        def counting_extend(self, parts, pieces, seen=seen):
+            seen.append(list(pieces))
+            return extend(self, parts, pieces)
 
-    def counting_texts(self, index, block_type, pieces, first_s):
-        seen["texts"].append(list(pieces))
-        return texts(self, index, block_type, pieces, first_s)
-
-    SO._sink, Reassembler.texts = counting_sink, counting_texts
-    try:
-        # the first chunk settles the framer's leading-BOM question; the second is the loop's
-        first = body.index(b"\n\n") + 2
-        rec = _observe(like, [body[:first], body[first:]], general=False, limits=Limits())
-    finally:
-        SO._sink, Reassembler.texts = sink, texts
-    assert rec["text"] == "abcde"
-    assert seen["texts"] == [["b", "c", "d", "e"]]  # "a" opened the run
-    # Only the first chunk's message and [DONE] (not JSON: the loop hands it over) reach the
-    # framer, and its sink is offered each once (regression: a declined message was offered twice).
-    assert seen["sink"] == [b'{"id":"c1","', b"[DONE]"]
+        Reassembler._extend = counting_extend
+        try:
+            rec = _observe(like, chunks, general=False, limits=Limits())
+        finally:
+            Reassembler._extend = extend
+        assert rec["text"] == "abcde"
+        assert seen == [["b", "c", "d", "e"]]  # "a" opened the run; [DONE] (stream.end) applied it
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -647,35 +639,49 @@ def test_event_type_not_utf8_is_reported_by_fast_lanes(split):
 
 
 def _chunkings(body: bytes, content_type: str) -> dict[str, list[bytes]]:
-    """``body`` whole (the tap's many-message loop), one message per chunk (its one-message
-    lane) and one byte per chunk (the framer's sink): each way the tap reaches a fast lane."""
+    """``body`` whole (the framers' many-message shortcuts), one message per chunk (their
+    one-message shortcuts) and one byte per chunk (their general path): each way a message
+    reaches a fast lane."""
     end = rb"\n" if content_type == "application/x-ndjson" else rb"\r?\n\r?\n"
     messages = re.findall(rb".*?" + end + rb"|.+", body, re.S)
     assert b"".join(messages) == body
     return {"whole": [body], "per message": messages, "bytewise": bytewise(body)}
 
 
-def _wrong_text(hit: tuple | None) -> tuple | None:
-    return (hit[0], hit[1], hit[2] + "\u2020") if hit and len(hit) == 3 and hit[2] else hit
+class _Mutant:
+    """A ``DeltaSink`` in front of the real one that changes what a fast lane reports."""
+
+    def __init__(self, sink: Any, text: Any = None, fragment: Any = None) -> None:
+        self._sink, self._text, self._fragment = sink, text, fragment
+
+    def text(self, index, block_type, text, now_s):
+        if self._text is not None:
+            index, block_type, text = self._text(index, block_type, text)
+        self._sink.text(index, block_type, text, now_s)
+
+    def fragment(self, seq, key, index, id, name, arguments):
+        if self._fragment is not None:
+            arguments = self._fragment(arguments)
+        self._sink.fragment(seq, key, index, id, name, arguments)
 
 
-def _wrong_block(hit: tuple | None) -> tuple | None:
-    return (hit[0] + 1, *hit[1:]) if hit and len(hit) == 3 else hit
+def _through(**changes: Any):
+    """A mutation of ``fast``: its hits go through a ``_Mutant`` making ``changes``."""
+    return lambda original: lambda self, event, obj, sink, now_s: original(
+        self, event, obj, _Mutant(sink, **changes), now_s
+    )
 
 
-def _wrong_fragment(hit: tuple | None) -> tuple | None:
-    return (*hit[:5], hit[5] + "\u2020") if hit and len(hit) == 6 else hit
+def _takes_everything(original):
+    """A message it should have declined, taken as "no event"."""
+    return lambda self, event, obj, sink, now_s: original(self, event, obj, sink, now_s) or True
 
 
-def _takes_everything(hit: tuple | None) -> tuple | None:
-    return () if hit is None else hit  # a message it should have declined, taken as "no event"
-
-
-# mutation -> (how it changes each result of ``fast``, the generated stream's operations)
+# mutation -> (how it changes ``fast``, the generated stream's operations)
 MUTATIONS = {
-    "wrong text": (_wrong_text, [("delta", "hello")] * 5),
-    "wrong block": (_wrong_block, [("delta", "hello")] * 5),
-    "wrong fragment": (_wrong_fragment, [("noise", 6)] + [("frag", "ab")] * 5),
+    "wrong text": (_through(text=lambda i, t, x: (i, t, x + "\u2020")), [("delta", "hello")] * 5),
+    "wrong block": (_through(text=lambda i, t, x: (i + 1, t, x)), [("delta", "hello")] * 5),
+    "wrong fragment": (_through(fragment=lambda a: a + "\u2020"), [("noise", 6)] + [("frag", "ab")] * 5),
     "takes what it must decline": (_takes_everything, [("delta", "a"), ("noise", 0), ("delta", "b")]),
 }
 
@@ -694,7 +700,7 @@ def test_broken_fast_lane_is_detected(dialect, mutation, monkeypatch):
     like = _streaming_case(dialect, content_type)
     adapter_cls = _adapter_class(dialect)
     original = adapter_cls.fast
-    monkeypatch.setattr(adapter_cls, "fast", lambda self, event, obj: mutate(original(self, event, obj)))
+    monkeypatch.setattr(adapter_cls, "fast", mutate(original))
     for how, chunks in _chunkings(build(ops), content_type).items():
         fast = _observe(like, chunks, general=False, limits=Limits())
         assert fast != _observe(like, chunks, general=True, limits=Limits()), f"{mutation} not detected ({how})"
@@ -728,7 +734,7 @@ def test_general_path_never_takes_a_fast_lane(dialect, monkeypatch):
     broke both sides of the comparison alike)."""
     build, content_type = GENERATED[dialect]
 
-    def refuse(self, event, obj):
+    def refuse(self, event, obj, sink, now_s):
         raise AssertionError("fast lane called on the general path")
 
     monkeypatch.setattr(_adapter_class(dialect), "fast", refuse)
@@ -738,3 +744,32 @@ def test_general_path_never_takes_a_fast_lane(dialect, monkeypatch):
         for chunks in ([body], bytewise(body)):
             rec = _observe(like, chunks, general=True, limits=Limits())
             assert not any(v["kind"] == "observer_error" for v in rec["violations"])
+
+
+@pytest.mark.parametrize(
+    ("dialect", "content_type", "body", "expected"),
+    [
+        ("openai.chat", "text/event-stream", b'event: x\nid: 7\ndata: {"choices":[]}\n\n',
+         [("SSE", "x", '{"choices":[]}', "7", 37)]),
+        ("ollama", "application/x-ndjson", b'{"model":"m","done":false}\r\n',
+         [("frame", "", '{"model":"m","done":false}', None, 28)]),
+    ],
+)  # fmt: skip
+def test_parsed_message_reads_like_its_text_form(dialect, content_type, body, expected, monkeypatch):
+    """The message ``on_object`` gets (data parsed from the bytes, its text decoded only when
+    read) has the text form's ``event``, ``data``, ``id`` and ``size_bytes``."""
+    from observer.wire.frames import JSONFrame
+
+    cls = _adapter_class(dialect)
+    original = cls.on_object
+    seen = []
+
+    def reading(self, message, obj):
+        kind = "frame" if isinstance(message, JSONFrame) else "SSE"
+        seen.append((kind, message.event, message.data, getattr(message, "id", None), message.size_bytes))
+        return original(self, message, obj)
+
+    monkeypatch.setattr(cls, "on_object", reading)
+    like = _streaming_case(dialect, content_type)
+    _observe(like, [body], general=False, limits=Limits())
+    assert seen == expected

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from observer.records import Violation
 from observer.wire.frames import JSONFrame
 from observer.wire.jsonarray import JSONArrayDecoder
-from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way, split_at
+from tests.wirefeed import CUT_POINTS, TextForm, bytewise, feed, feed_each_way, split_at
 
 UNTERMINATED = "unterminated_final_event"
 OVERSIZE = "oversize_event"
@@ -55,12 +55,12 @@ def junk(at: int, found: str, expected: str = "',' or ']' after an array element
 
 def decode(chunks, *, max_element_bytes: int = 1 << 20, close: bool = True) -> list:
     """Everything one decoder returns for ``chunks`` (``tests.wirefeed.feed``)."""
-    return feed(JSONArrayDecoder(max_element_bytes=max_element_bytes), chunks, close=close)
+    return feed(TextForm(JSONArrayDecoder(max_element_bytes=max_element_bytes)), chunks, close=close)
 
 
-def decoder(max_element_bytes: int = 1 << 20) -> Callable[[], JSONArrayDecoder]:
+def decoder(max_element_bytes: int = 1 << 20) -> Callable[[], TextForm]:
     """A factory of fresh decoders for ``tests.wirefeed.feed_each_way``."""
-    return lambda: JSONArrayDecoder(max_element_bytes=max_element_bytes)
+    return lambda: TextForm(JSONArrayDecoder(max_element_bytes=max_element_bytes))
 
 
 def frames(out: list) -> list[JSONFrame]:
@@ -230,7 +230,7 @@ def test_gemini_every_two_way_split():
 
 
 def test_gemini_elements_come_out_as_soon_as_complete():
-    d = JSONArrayDecoder()
+    d = TextForm(JSONArrayDecoder())
     last = GEMINI.index(b"\n,\r\n") - 1  # the first element's closing '}'
     assert d.feed(GEMINI[:last]) == []
     assert [json.loads(f.data) for f in d.feed(GEMINI[last : last + 1])] == [GEMINI_1]
@@ -403,7 +403,7 @@ def test_escape_split_across_chunks(cut):
 
 
 def test_not_an_array_ignores_everything_after():
-    d = JSONArrayDecoder()
+    d = TextForm(JSONArrayDecoder())
     assert d.feed(b"data: {}") == [invalid("body is not a JSON array: expected '[' at byte 0, found 'd'")]
     assert d.feed(b"[1]") == []
     assert d.close() == []
@@ -415,7 +415,7 @@ def test_bom_split_across_chunks():
 
 
 def test_close_idempotent_feed_after_close_raises():
-    d = JSONArrayDecoder()
+    d = TextForm(JSONArrayDecoder())
     d.feed(b"[1,")
     assert d.close() == [fr("1", 2), open_array("1 byte")][1:]
     assert d.close() == []
@@ -457,7 +457,7 @@ def test_oversize_then_eof():
 
 def test_oversize_memory_bounded_for_10mb_element_in_4kb_pieces():
     cap = 1 << 20
-    d = JSONArrayDecoder(max_element_bytes=cap)
+    d = TextForm(JSONArrayDecoder(max_element_bytes=cap))
     out = d.feed(b'[{"a":1},\r\n{"big":["')
     piece = b'x]}\\"{[' * 585 + b"y"  # 4096 bytes of a string full of brackets and escaped quotes
     for _ in range((10 << 20) // 4096):
@@ -470,7 +470,7 @@ def test_oversize_memory_bounded_for_10mb_element_in_4kb_pieces():
 
 
 def test_buffered_bytes_tracks_the_open_element():
-    d = JSONArrayDecoder()
+    d = TextForm(JSONArrayDecoder())
     d.feed(b'[{"a":1},{"b"')
     assert d.buffered_bytes == 4
     d.feed(b":2}")
@@ -489,7 +489,7 @@ def test_large_element_in_16kb_chunks():
 
 def test_long_element_is_not_rescanned():
     # 8 MB in 1 KB pieces: linear is tens of milliseconds; rescanning held bytes would not be.
-    d = JSONArrayDecoder(max_element_bytes=16 << 20)
+    d = TextForm(JSONArrayDecoder(max_element_bytes=16 << 20))
     d.feed(b'[{"s":"')
     piece = b"z{" * 512
     t = time.perf_counter()
@@ -504,7 +504,7 @@ def test_throughput_floor():
     # A loose floor (the measured figure is far higher) against per-byte Python regressions.
     body = b"[" + b",\r\n".join(GEMINI.strip(b"[]").split(b"\n,\r\n") * 800) + b"]"
     chunks = [body[i : i + 4096] for i in range(0, len(body), 4096)]
-    d = JSONArrayDecoder()
+    d = TextForm(JSONArrayDecoder())
     t = time.perf_counter()
     n = 0
     for c in chunks:
@@ -521,4 +521,9 @@ def test_frame_shape():
 @pytest.mark.parametrize("bad", [0, -1, 1.5, None, True])
 def test_max_element_bytes_validated(bad):
     with pytest.raises(ValueError):
-        JSONArrayDecoder(max_element_bytes=bad)  # type: ignore[arg-type]
+        TextForm(JSONArrayDecoder(max_element_bytes=bad))  # type: ignore[arg-type]
+
+
+def test_message_shape():
+    """The framer's messages are ``(None, element bytes undecoded, None, None, size_bytes)``."""
+    assert JSONArrayDecoder().feed(b'[ {"a":1}, "\xff"]') == [(None, b'{"a":1}', None, None, 9), (None, b'"\xff"', None, None, 5)]

@@ -46,6 +46,42 @@ def test_http_error_body_capped():
     assert rec["response_bytes"] == 100
 
 
+@pytest.mark.parametrize("cut", [0, 7, 30])
+def test_gzip_http_error_body_kept_decoded(cut):
+    """A gzip-encoded error answer is kept decoded, whatever part of it the decoder still
+    held at the end (its tail comes out of ``close``)."""
+    import gzip
+
+    body = b'{"error":{"message":"overloaded"}}'
+    wire = gzip.compress(body)
+    rec = observe("llm-stream-1.0", REQ, [wire[:cut], wire[cut:]], status=529, content_type="application/json",
+                  content_encoding="gzip")  # fmt: skip
+    assert rec["outcome"] == "http_error"
+    assert rec["response_body"] == body.decode()
+
+
+def test_truncated_gzip_is_a_truncated_stream():
+    """A gzip body that stops mid-member (its checksum and size never came): what was decoded
+    is kept and the stream counts as cut short."""
+    import gzip
+
+    wire = gzip.compress(START)
+    rec = observe("llm-stream-1.0", REQ, [wire[:-6]], content_encoding="gzip")
+    assert [v["kind"] for v in rec["violations"]] == ["missing_stream_end"]
+    assert rec["outcome"] == "truncated"
+    assert rec["model"] is not None
+
+
+def test_whole_json_body_over_its_cap():
+    """A non-streaming JSON answer larger than max_json_body_bytes: one oversize_event, no
+    message; the record says the stream could not be read to its end."""
+    body = b'{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"content":"' + b"x" * 200 + b'"}}]}'
+    rec = observe("openai.chat", b'{"model":"m","messages":[]}', [body[:50], body[50:]], content_type="application/json",
+                  path="/v1/chat/completions", limits=Limits(max_json_body_bytes=100))  # fmt: skip
+    assert [v["kind"] for v in rec["violations"]] == ["oversize_event", "missing_stream_end"]
+    assert rec["text"] == ""
+
+
 def test_unsupported_encoding_passes_through_flagged():
     """A clean end of a stream we could not decode: unreadable, not the upstream's truncation."""
     rec = observe("llm-stream-1.0", REQ, [START], content_encoding="compress")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from observer.records import Violation
 from observer.wire.frames import JSONFrame
 from observer.wire.ndjson import NDJSONDecoder
-from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way
+from tests.wirefeed import CUT_POINTS, TextForm, bytewise, feed, feed_each_way
 
 UNTERMINATED = "unterminated_final_event"
 OVERSIZE = "oversize_event"
@@ -35,12 +35,12 @@ def unterminated(size: int) -> Violation:
 
 def decode(chunks, *, max_line_bytes: int = 1 << 20, close: bool = True) -> list:
     """Everything one decoder returns for ``chunks`` (``tests.wirefeed.feed``)."""
-    return feed(NDJSONDecoder(max_line_bytes=max_line_bytes), chunks, close=close)
+    return feed(TextForm(NDJSONDecoder(max_line_bytes=max_line_bytes)), chunks, close=close)
 
 
-def decoder(max_line_bytes: int = 1 << 20) -> Callable[[], NDJSONDecoder]:
+def decoder(max_line_bytes: int = 1 << 20) -> Callable[[], TextForm]:
     """A factory of fresh decoders for ``tests.wirefeed.feed_each_way``."""
-    return lambda: NDJSONDecoder(max_line_bytes=max_line_bytes)
+    return lambda: TextForm(NDJSONDecoder(max_line_bytes=max_line_bytes))
 
 
 # -- bodies with expected output written by hand ----------------------------------------------
@@ -165,7 +165,7 @@ def test_generated_lines(lines, crlf, points):
 
 
 def test_crlf_split_across_chunks_is_one_line_end():
-    d = NDJSONDecoder()
+    d = TextForm(NDJSONDecoder())
     assert d.feed(b'{"a":1}\r') == []
     assert d.feed(b'\n{"b":2}\r') == [fr('{"a":1}', 9)]
     assert d.feed(b"\n") == [fr('{"b":2}', 9)]
@@ -219,7 +219,7 @@ def test_empty_body():
 
 
 def test_close_idempotent_feed_after_close_raises():
-    d = NDJSONDecoder()
+    d = TextForm(NDJSONDecoder())
     d.feed(b"x")
     assert d.close() == [fr("x", 1), unterminated(1)]
     assert d.close() == []
@@ -285,7 +285,7 @@ def test_oversize_cr_split_from_lf():
 
 def test_oversize_memory_bounded_for_10mb_line_in_4kb_pieces():
     cap = 1 << 20
-    d = NDJSONDecoder(max_line_bytes=cap)
+    d = TextForm(NDJSONDecoder(max_line_bytes=cap))
     out = d.feed(b'{"a":1}\n{"big":"')
     piece = b"x" * 4096
     for _ in range((10 << 20) // 4096):
@@ -302,7 +302,7 @@ def test_oversize_then_eof_reports_nothing_more():
 
 
 def test_buffered_bytes_tracks_partial():
-    d = NDJSONDecoder()
+    d = TextForm(NDJSONDecoder())
     d.feed(b'{"a":1}\n{"b"')
     assert d.buffered_bytes == 4
     d.feed(b":2}\n")
@@ -322,7 +322,7 @@ def test_large_line_in_16kb_chunks():
 def test_long_line_is_not_rescanned():
     # 8 MB in 1 KB pieces: linear is milliseconds; rescanning the held bytes per chunk would
     # touch ~32 GB.
-    d = NDJSONDecoder(max_line_bytes=16 << 20)
+    d = TextForm(NDJSONDecoder(max_line_bytes=16 << 20))
     piece = b"z" * 1024
     t = time.perf_counter()
     for _ in range(8192):
@@ -333,10 +333,14 @@ def test_long_line_is_not_rescanned():
 
 
 def test_frame_shape():
+    """The framer's messages are ``(None, line bytes undecoded, None, None, size_bytes)``."""
+    d = NDJSONDecoder()
+    assert d.feed(b'1\n{"t":"\xff"}\r\n') == [(None, b"1", None, None, 2), (None, b'{"t":"\xff"}', None, None, 11)]
+    assert d.feed(b"x") == [] and d.close()[0] == (None, b"x", None, None, 1)
     assert decode([b"1\n"])[0].event == ""
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, None, True])
 def test_max_line_bytes_validated(bad):
     with pytest.raises(ValueError):
-        NDJSONDecoder(max_line_bytes=bad)  # type: ignore[arg-type]
+        TextForm(NDJSONDecoder(max_line_bytes=bad))  # type: ignore[arg-type]

@@ -45,8 +45,7 @@ from observer.events import (
 )
 from observer.records import RequestFacts, Violation
 from observer.response import ResponseSpec
-from observer.wire.frames import Framing, JSONFrame
-from observer.wire.sse import SSEEvent
+from observer.wire.frames import Framing, JSONFrame, SSEEvent
 from tests.wirefeed import observe
 
 UI_REQUEST = (

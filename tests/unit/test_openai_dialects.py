@@ -64,8 +64,7 @@ from observer.events import (
 )
 from observer.limits import Limits
 from observer.records import Violation
-from observer.wire.frames import JSONFrame
-from observer.wire.sse import SSEEvent
+from observer.wire.frames import JSONFrame, SSEEvent
 from tests.wirefeed import observe
 
 CHAT = OpenAIChatDialect()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer.records import Violation
-from observer.wire.sse import SSEDecoder, SSEEvent
+from observer.wire.frames import SSEEvent, text_message
+from observer.wire.sse import SSEDecoder
 from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wire" / "sse"
@@ -19,8 +19,13 @@ UNTERMINATED = "unterminated_final_event"
 OVERSIZE = "oversize_event"
 
 
-def ev(data: str, size: int, event: str = "", id: str | None = None, retry: int | None = None) -> SSEEvent:
-    return SSEEvent(event=event, data=data, id=id, retry=retry, size_bytes=size)
+def ev(data: str, size: int, event: str = "", id: str | None = None, retry: int | None = None) -> tuple:
+    """The message ``(event, data, id, retry, size_bytes)`` the decoder returns (bytes undecoded)."""
+    return (event.encode(), data.encode(), id, retry, size)
+
+
+def size(message: tuple) -> int:
+    return message[4]
 
 
 def decode(chunks, *, max_event_bytes: int = 1 << 20, close: bool = True) -> list:
@@ -86,8 +91,8 @@ def fixture(name: str) -> bytes:
 
 def test_fixture_sizes_add_up():
     # Every byte but the BOM and the data-less blocks is accounted to an event.
-    assert sum(e.size_bytes for e in EXPECTED["tokens_utf8.sse"]) == len(fixture("tokens_utf8.sse")) - 3 - 26
-    assert sum(e.size_bytes for e in EXPECTED["line_ends_mixed.sse"]) == len(fixture("line_ends_mixed.sse"))
+    assert sum(map(size, EXPECTED["tokens_utf8.sse"])) == len(fixture("tokens_utf8.sse")) - 3 - 26
+    assert sum(map(size, EXPECTED["line_ends_mixed.sse"])) == len(fixture("line_ends_mixed.sse"))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -131,7 +136,7 @@ def test_incomplete_event_after_fixture(name):
     expected = EXPECTED[name]
     assert decode([data], close=False) == expected
     assert decode(bytewise(data), close=False) == expected
-    last_id = next((e.id for e in reversed(expected)), None)
+    last_id = next((e[2] for e in reversed(expected)), None)
     assert decode([data]) == [
         *expected,
         ev('{"trunc', 22, event="x", id=last_id),
@@ -213,16 +218,18 @@ def test_multibyte_utf8_split_at_every_pair_of_positions():
             assert decode([data[:i], data[i:j], data[j:]]) == expected, (i, j)
 
 
-def test_invalid_utf8_replaced():
-    """WHATWG decodes with replacement; the record is told the text differs from the bytes."""
-    assert decode([b"data: \xff\xfe ok \xe2\x82\n\n"]) == [
-        ev("\ufffd\ufffd ok \ufffd", 16),
-        Violation(kind="invalid_utf8", seq=None, detail="invalid UTF-8 replaced by U+FFFD"),
-    ]
-    assert decode([b"event: \xc3\nid: \xc3\ndata: x\n\n"]) == [
-        ev("x", 24, event="\ufffd", id="\ufffd"),
-        Violation(kind="invalid_utf8", seq=None, detail="invalid UTF-8 replaced by U+FFFD"),
-    ]
+def test_invalid_utf8_kept_then_replaced():
+    """The decoder keeps data and event bytes as sent (the id buffer is decoded with
+    replacement: WHATWG); their text form replaces invalid UTF-8, as WHATWG decodes, and the
+    record is told the text differs from the bytes."""
+    bad = Violation(kind="invalid_utf8", seq=None, detail="invalid UTF-8 replaced by U+FFFD")
+    out = decode([b"data: \xff\xfe ok \xe2\x82\n\n"])
+    assert out == [(b"", b"\xff\xfe ok \xe2\x82", None, None, 16)]
+    assert text_message(out[0]) == (SSEEvent("", "\ufffd\ufffd ok \ufffd", None, None, 16), bad)
+    out = decode([b"event: \xc3\nid: \xc3\ndata: x\n\n"])
+    assert out == [(b"\xc3", b"x", "\ufffd", None, 24)]
+    assert text_message(out[0]) == (SSEEvent("\ufffd", "x", "\ufffd", None, 24), bad)
+    assert text_message(ev("ok", 10, event="e", id="1", retry=5)) == (SSEEvent("e", "ok", "1", 5, 10), None)
 
 
 def test_bom_stripped_and_not_counted():
@@ -309,7 +316,7 @@ def test_retry_digits_only_and_per_block():
             + b"retry: 0042\nretry: bad\ndata: h\n\n"
         ]
     )
-    assert [(e.data, e.retry) for e in out] == [
+    assert [(e[1].decode(), e[3]) for e in out] == [
         ("a", 1500),
         ("b", None),
         ("c", None),
@@ -454,14 +461,65 @@ def test_large_line_in_16kb_chunks():
     assert decode(chunks) == [ev("y" * 300_000, 300_008)]
 
 
-def test_event_is_frozen_and_slotted():
-    e = ev("a", 1)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        e.data = "b"  # type: ignore[misc]
-    assert not hasattr(e, "__dict__")
-
-
 @pytest.mark.parametrize("bad", [0, -1, 1.5, None])
 def test_max_event_bytes_validated(bad):
     with pytest.raises(ValueError):
         SSEDecoder(max_event_bytes=bad)  # type: ignore[arg-type]
+
+
+_LINES = st.sampled_from(
+    [b"data: {\"t\":1}", b"data:x", b"data: ", b"data", b"event: e", b"event:", b"id: 3", b"retry: 9",
+     b": c", b"other: z", b""]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(st.lists(_LINES, max_size=4), max_size=12),
+    eols=st.lists(st.sampled_from([b"\n", b"\r\n", b"\r"]), min_size=1, max_size=3),
+    points=CUT_POINTS,
+    limit=st.sampled_from([8, 24, 1 << 20]),
+)
+def test_generated_streams_any_chunking(blocks, eols, points, limit):
+    """Streams of every line shape the shortcuts take or leave (one data line, after an event
+    line, several lines, comments, id/retry, blank lines) with one kind of line end or mixed
+    (between blocks and inside them), under a tight limit: whole (the shortcuts), byte by byte
+    and cut anywhere give the same."""
+    out = []
+    k = 0
+    for lines in blocks:
+        for line in [*lines, b""]:  # each line's end in turn from ``eols``: mixed inside blocks too
+            out.append(line + eols[k % len(eols)])
+            k += 1
+    feed_each_way(decoder(limit), b"".join(out), points)
+
+
+def test_crlf_whole_blocks():
+    """Many CRLF blocks in one chunk, then a chunk starting inside a block (the pending-block
+    shortcut): exact messages and sizes."""
+    d = SSEDecoder()
+    assert d.feed(b"data: a\r\n\r\nevent: e\r\ndata: b\r\n\r\ndata: c\r\ndata: d\r\n\r\ndata: e") == [
+        ev("a", 11), ev("b", 21, event="e"), ev("c\nd", 20)
+    ]  # fmt: skip
+    assert d.feed(b"f\r\n\r\ndata: g\r\n\r\n") == [ev("ef", 12), ev("g", 11)]
+    assert d.feed(b"data: h\r\n\r\n") == [ev("h", 11)]
+
+
+@pytest.mark.parametrize(
+    ("chunk", "expected"),
+    [
+        (b"data: a\rdata: b\r\n\r\n", [ev("a\nb", 19)]),  # a bare CR ends a line inside a CRLF block
+        (b"event: e\rdata: x\r\n\r\n", [ev("x", 20, event="e")]),
+        (b"event: e\r\ndata: x\ry\r\n\r\n", [ev("x", 23, event="e")]),  # "y": a field, ignored
+        (b"event: e\ndata: x\r\n\r\n", [ev("x", 20, event="e")]),
+        (b"event: e\rz\r\ndata: x\r\n\r\n", [ev("x", 23, event="e")]),  # "z": a field, ignored
+        (b"event: e\nz\r\ndata: x\r\n\r\n", [ev("x", 23, event="e")]),
+        (b"data: a\ndata: b\r\n\r\n", [ev("a\nb", 19)]),  # a bare LF
+        (b"data: a\r\n\r\n\r\ndata: b\r\n\r\n", [ev("a", 11), ev("b", 11)]),  # an extra blank line
+    ],
+)
+def test_other_line_ends_inside_crlf_blocks(chunk, expected):
+    """A chunk with CRLF blocks whose lines also end with a bare CR or LF (each is a line end,
+    WHATWG §9.2.5): what the line-by-line path gives, whole or byte by byte."""
+    assert decode([chunk]) == expected
+    assert decode(bytewise(chunk)) == expected
