@@ -124,7 +124,9 @@ def format_figures(title: str, figures: list[Figure], *, smoke: bool = False) ->
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"== {title} =="]
     for i, r in enumerate(rows):
-        lines.append("  ".join(c.ljust(widths[j]) if j in (0, 5, 6, 7) else c.rjust(widths[j]) for j, c in enumerate(r)))
+        lines.append(
+            "  ".join(c.ljust(widths[j]) if j in (0, 5, 6, 7) else c.rjust(widths[j]) for j, c in enumerate(r))
+        )
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -56,13 +56,15 @@ _STAMP = b'"x-bench:sent":'
 def llm_request(n: int) -> bytes:
     """A small draft-standard request body (``application/llm-request+json``) asking for ``n``
     tokens: what the addon classifies, parses and records."""
-    return json.dumps({
-        "version": "1.0",
-        "model": "example-model",
-        "stream": True,
-        "messages": [{"role": "user", "content": f"Write {n} tokens."}],
-        "metadata": {"request_id": REQUEST_ID, "session_id": "bench"},
-    }).encode()
+    return json.dumps(
+        {
+            "version": "1.0",
+            "model": "example-model",
+            "stream": True,
+            "messages": [{"role": "user", "content": f"Write {n} tokens."}],
+            "metadata": {"request_id": REQUEST_ID, "session_id": "bench"},
+        }
+    ).encode()
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,16 +86,27 @@ class Upstream:
     def command(self) -> list[str]:
         """The upstream's command line; it must print one JSON line with ``http_port`` (and
         ``https_port``/``ca_cert`` if it serves TLS) and exit when its stdin closes."""
-        return [sys.executable, str(REPO / "tests" / "e2e" / "upstream.py"), "--port", "0", "--tls-port", "0",
-                "--exit-on-stdin-eof"]  # fmt: skip
+        return [
+            sys.executable,
+            str(REPO / "tests" / "e2e" / "upstream.py"),
+            "--port",
+            "0",
+            "--tls-port",
+            "0",
+            "--exit-on-stdin-eof",
+        ]
 
     def start(self, timeout: float = 20.0) -> Upstream:
         """Starts it and waits (at most ``timeout`` seconds) for its port line."""
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 self.command(),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=str(REPO), start_new_session=True,
-            )  # fmt: skip
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=str(REPO),
+                start_new_session=True,
+            )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else b""
@@ -101,7 +114,11 @@ class Upstream:
             self.stop()
             raise RuntimeError(f"upstream did not start; log:\n{self.log_path.read_text(errors='replace')}")
         info = json.loads(line)
-        self.http_port, self.https_port, self.ca_cert = info["http_port"], info.get("https_port", 0), info.get("ca_cert", "")
+        self.http_port, self.https_port, self.ca_cert = (
+            info["http_port"],
+            info.get("https_port", 0),
+            info.get("ca_cert", ""),
+        )
         return self
 
     @property
@@ -141,9 +158,16 @@ class Upstream:
 PROXY_KINDS = ("baseline", "addon")
 
 
-def start_proxy(kind: str, workdir: Path, *, db_path: Path | None = None, addon: str = "addons/llm_audit.py",
-                sets: dict[str, str] | None = None, addon_sets: dict[str, str] | None = None,
-                timeout: float = 30.0) -> MitmdumpProcess:
+def start_proxy(
+    kind: str,
+    workdir: Path,
+    *,
+    db_path: Path | None = None,
+    addon: str = "addons/llm_audit.py",
+    sets: dict[str, str] | None = None,
+    addon_sets: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> MitmdumpProcess:
     """A started ``mitmdump -q`` on a free 127.0.0.1 port with its own confdir under ``workdir``.
 
     ``kind="baseline"``: ``bench/passthrough_addon.py`` (``flow.response.stream = True``, nothing
@@ -156,8 +180,11 @@ def start_proxy(kind: str, workdir: Path, *, db_path: Path | None = None, addon:
         p = MitmdumpProcess(REPO / "bench" / "passthrough_addon.py", sets=sets, workdir=str(workdir / "baseline"))
     elif kind == "addon":
         db = db_path or workdir / "bench.db"
-        p = MitmdumpProcess(REPO / addon, sets={"observer_db": f"sqlite:///{db}", **(sets or {}), **(addon_sets or {})},
-                            workdir=str(workdir / "addon"))
+        p = MitmdumpProcess(
+            REPO / addon,
+            sets={"observer_db": f"sqlite:///{db}", **(sets or {}), **(addon_sets or {})},
+            workdir=str(workdir / "addon"),
+        )
     else:
         raise ValueError(f"unknown proxy kind {kind!r}")
     p.start(timeout=timeout)
@@ -188,8 +215,14 @@ class Target:
 
 def upstream_target(up: Upstream, proxy: MitmdumpProcess | None = None) -> Target:
     """A ``Target`` for ``up``, through ``proxy`` when given."""
-    return Target("127.0.0.1", up.http_port, up.https_port, up.ca_cert,
-                  proxy.port if proxy is not None else None, proxy.ca_path if proxy is not None else None)
+    return Target(
+        "127.0.0.1",
+        up.http_port,
+        up.https_port,
+        up.ca_cert,
+        proxy.port if proxy is not None else None,
+        proxy.ca_path if proxy is not None else None,
+    )
 
 
 @dataclass
@@ -251,7 +284,7 @@ class _SSESink:
             res.events += 1
             if res.keep_events:
                 ev = buf[start:i]
-                etype = ev[7:ev.find(b"\n")] if ev.startswith(b"event: ") else b""
+                etype = ev[7 : ev.find(b"\n")] if ev.startswith(b"event: ") else b""
                 j = ev.find(_STAMP)
                 sent = None
                 if j >= 0:
@@ -287,7 +320,7 @@ class _Chunked:
         while pos < n and not self.done:
             if self.left:
                 take = min(self.left, n - pos)
-                out.append(buf[pos:pos + take])
+                out.append(buf[pos : pos + take])
                 pos += take
                 self.left -= take
                 self.crlf = self.left == 0
@@ -317,8 +350,9 @@ async def _open(target: Target, transport: str) -> tuple[asyncio.StreamReader, a
     if target.proxy_port is None:
         if not tls:
             return await asyncio.open_connection(target.host, target.http_port)
-        return await asyncio.open_connection(target.host, target.https_port, ssl=target.ssl_context(alpn),
-                                             server_hostname=target.host)
+        return await asyncio.open_connection(
+            target.host, target.https_port, ssl=target.ssl_context(alpn), server_hostname=target.host
+        )
     reader, writer = await asyncio.open_connection("127.0.0.1", target.proxy_port)
     if not tls:
         return reader, writer
@@ -332,14 +366,22 @@ async def _open(target: Target, transport: str) -> tuple[asyncio.StreamReader, a
     return reader, writer
 
 
-async def _h1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: Target, transport: str,
-              path: str, body: bytes, res: SSEResult) -> None:
+async def _h1(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    target: Target,
+    transport: str,
+    path: str,
+    body: bytes,
+    res: SSEResult,
+) -> None:
     port = target.https_port if transport != "h1" else target.http_port
     authority = f"{target.host}:{port}"
     line_target = f"http://{authority}{path}" if (target.proxy_port and transport == "h1") else path
     writer.write(
         f"POST {line_target} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {LLM_CONTENT_TYPE}\r\n"
-        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
     )
     head = await reader.readuntil(b"\r\n\r\n")
     now = time.time()
@@ -369,8 +411,9 @@ async def _h1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target
             return
 
 
-async def _h2(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: Target, path: str,
-              body: bytes, res: SSEResult) -> None:
+async def _h2(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: Target, path: str, body: bytes, res: SSEResult
+) -> None:
     import h2.config
     import h2.connection
     import h2.events
@@ -380,14 +423,28 @@ async def _h2(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target
     if ssl_obj is None or ssl_obj.selected_alpn_protocol() != "h2":
         raise ConnectionError("ALPN did not select h2")
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-    conn.local_settings = h2.settings.Settings(client=True, initial_values={
-        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1, h2.settings.SettingCodes.ENABLE_PUSH: 0})
+    conn.local_settings = h2.settings.Settings(
+        client=True,
+        initial_values={
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1,
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        },
+    )
     conn.initiate_connection()
     conn.increment_flow_control_window(2**31 - 1 - 65535)  # no WINDOW_UPDATEs needed below 2 GB
     sid = conn.get_next_available_stream_id()
-    conn.send_headers(sid, [(":method", "POST"), (":scheme", "https"), (":authority", f"{target.host}:{target.https_port}"),
-                            (":path", path), ("content-type", LLM_CONTENT_TYPE), ("accept", "text/event-stream"),
-                            ("content-length", str(len(body)))])
+    conn.send_headers(
+        sid,
+        [
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":authority", f"{target.host}:{target.https_port}"),
+            (":path", path),
+            ("content-type", LLM_CONTENT_TYPE),
+            ("accept", "text/event-stream"),
+            ("content-length", str(len(body))),
+        ],
+    )
     conn.send_data(sid, body, end_stream=True)
     writer.write(conn.data_to_send())
     sink = _SSESink(res)
@@ -422,8 +479,9 @@ async def _h2(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target
             return
 
 
-async def fetch_sse(target: Target, transport: str, path: str, body: bytes, *, timeout: float = 60.0,
-                    keep_events: bool = True) -> SSEResult:
+async def fetch_sse(
+    target: Target, transport: str, path: str, body: bytes, *, timeout: float = 60.0, keep_events: bool = True
+) -> SSEResult:
     """POSTs ``body`` to ``path`` over a fresh connection and reads the SSE response to its end.
 
     Never raises for a failed stream: ``error`` says what went wrong. ``timeout`` (seconds)
@@ -460,8 +518,9 @@ async def fetch_sse(target: Target, transport: str, path: str, body: bytes, *, t
     return res
 
 
-async def run_concurrent(target: Target, transport: str, paths: list[str], body: bytes, *, spread_s: float,
-                         timeout: float) -> list[SSEResult]:
+async def run_concurrent(
+    target: Target, transport: str, paths: list[str], body: bytes, *, spread_s: float, timeout: float
+) -> list[SSEResult]:
     """Starts one ``fetch_sse`` per path, start times spread evenly over ``spread_s`` seconds,
     and returns all results (in path order) once every stream ended or timed out."""
     n = len(paths)

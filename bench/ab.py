@@ -30,8 +30,9 @@ def run_suite(tree: Path, suite: str, extra: list[str], out: Path) -> dict[str, 
     """One run of ``bench/<suite>.py`` in ``tree``: ``{figure name: comparable value}``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, f"bench/{suite}.py", "--json", str(out), *extra]
-    proc = subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=1800
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{tree}: {' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]}")
     report = json.loads(out.read_text())
@@ -65,20 +66,33 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in names:
         med = {k: statistics.median(run[n] for run in v) for k, v in runs.items()}
-        rows.append({"figure": n, **med, "new/old": _ratio(med["new"], med["old"]),
-                     "old2/old": _ratio(med["old2"], med["old"]), "new-old": med["new"] - med["old"],
-                     "old2-old": med["old2"] - med["old"]})  # fmt: skip
+        rows.append(
+            {
+                "figure": n,
+                **med,
+                "new/old": _ratio(med["new"], med["old"]),
+                "old2/old": _ratio(med["old2"], med["old"]),
+                "new-old": med["new"] - med["old"],
+                "old2-old": med["old2"] - med["old"],
+            }
+        )
     width = max(len(r["figure"]) for r in rows)
-    print(f"{'figure':<{width}}  {'old':>10} {'old2':>10} {'new':>10}  {'new/old':>8} {'old2/old':>8}"
-          f"  {'new-old':>9} {'old2-old':>9}")  # fmt: skip
+    print(
+        f"{'figure':<{width}}  {'old':>10} {'old2':>10} {'new':>10}  {'new/old':>8} {'old2/old':>8}"
+        f"  {'new-old':>9} {'old2-old':>9}"
+    )
     for r in rows:
-        print(f"{r['figure']:<{width}}  {r['old']:>10.3f} {r['old2']:>10.3f} {r['new']:>10.3f}  "
-              f"{_fmt(r['new/old']):>8} {_fmt(r['old2/old']):>8}  {r['new-old']:>+9.3f} {r['old2-old']:>+9.3f}")  # fmt: skip
+        print(
+            f"{r['figure']:<{width}}  {r['old']:>10.3f} {r['old2']:>10.3f} {r['new']:>10.3f}  "
+            f"{_fmt(r['new/old']):>8} {_fmt(r['old2/old']):>8}  {r['new-old']:>+9.3f} {r['old2-old']:>+9.3f}"
+        )
     spread = [r["new/old"] for r in rows if r["new/old"] is not None]
     noise = [r["old2/old"] for r in rows if r["old2/old"] is not None]
     if spread and noise:
-        print(f"new/old: median {statistics.median(spread):.3f}, range {min(spread):.3f}-{max(spread):.3f}; "
-              f"old2/old (noise): median {statistics.median(noise):.3f}, range {min(noise):.3f}-{max(noise):.3f}")
+        print(
+            f"new/old: median {statistics.median(spread):.3f}, range {min(spread):.3f}-{max(spread):.3f}; "
+            f"old2/old (noise): median {statistics.median(noise):.3f}, range {min(noise):.3f}-{max(noise):.3f}"
+        )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"suite": args.suite, "rounds": args.rounds, "rows": rows}, indent=1))
     return 0

@@ -53,8 +53,13 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
     nbytes = int(args.mb * 1e6)
     body = llm_request(1)
     with Upstream(work) as up:
-        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon,
-                              addon_sets=dict(kv.split("=", 1) for kv in args.set))
+        procs = start_proxies(
+            ("baseline", "addon"),
+            work,
+            db_path=work / "bench.db",
+            addon=args.addon,
+            addon_sets=dict(kv.split("=", 1) for kv in args.set),
+        )
         try:
             targets = {k: upstream_target(up, p) for k, p in procs.items()}
             for t in transports:
@@ -66,20 +71,29 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
                     for k in order:
                         pid = procs[k].proc.pid  # type: ignore[union-attr]
                         cpu0, own0 = tree_cpu_seconds(pid), cpu_seconds(pid)
-                        r = await fetch_sse(targets[k], t, f"/v1/bulk?bytes={nbytes}", body, timeout=args.timeout,
-                                            keep_events=False)
+                        r = await fetch_sse(
+                            targets[k], t, f"/v1/bulk?bytes={nbytes}", body, timeout=args.timeout, keep_events=False
+                        )
                         await asyncio.sleep(SETTLE_S)
                         cpu1, own1 = tree_cpu_seconds(pid), cpu_seconds(pid)
                         if r.error or r.t_end is None:
                             raise RuntimeError(f"{t}/{k}: bulk stream failed: {r.error}")
                         secs = r.t_end - r.t_start
-                        row = {"mb_s": r.body_bytes / secs / 1e6, "seconds": secs, "events": r.events,
-                               "cpu_us_per_event": (cpu1 - cpu0) / r.events * 1e6, "bytes": r.body_bytes,
-                               "own_cpu_us_per_event": (own1 - own0) / r.events * 1e6}
+                        row = {
+                            "mb_s": r.body_bytes / secs / 1e6,
+                            "seconds": secs,
+                            "events": r.events,
+                            "cpu_us_per_event": (cpu1 - cpu0) / r.events * 1e6,
+                            "bytes": r.body_bytes,
+                            "own_cpu_us_per_event": (own1 - own0) / r.events * 1e6,
+                        }
                         out.setdefault((t, k), []).append(row)
-                        print(f"  round {rnd + 1} {t:6} {k:8} {row['mb_s']:6.2f} MB/s  {row['cpu_us_per_event']:5.1f} µs/ev "
-                              f"(mitmdump alone {row['own_cpu_us_per_event']:4.1f}; {r.events} events, {secs:.1f} s; "
-                              f"{time.monotonic() - t_start:.0f} s)", flush=True)  # fmt: skip
+                        print(
+                            f"  round {rnd + 1} {t:6} {k:8} {row['mb_s']:6.2f} MB/s  {row['cpu_us_per_event']:5.1f} µs/ev "
+                            f"(mitmdump alone {row['own_cpu_us_per_event']:4.1f}; {r.events} events, {secs:.1f} s; "
+                            f"{time.monotonic() - t_start:.0f} s)",
+                            flush=True,
+                        )
         finally:
             stop_all(procs)
     return out
@@ -91,8 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="streams per proxy and transport (alternating order)")
     ap.add_argument("--transports", default="h1,h2-tls", help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
-    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
-                    help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)",
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="bound of one stream (s)")
     ap.add_argument("--smoke", action="store_true", help="seconds: 1 MB, h1")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")

@@ -66,11 +66,50 @@ TARGET = 2.0
 # ---------------------------------------------------------------------------------------------
 
 _VOCAB = (
-    " the", " weather", " in", " Vienna", " is", " sunny", ",", ".", " and", " we", " expect",
-    " 24", "°C", " today", "\n", "\n\n", " a", " light", " breeze", " from", " the", " west",
-    " —", " café", " naïve", " 日本", "語", " \"quoted\"", " back\\slash", " tab\t", " 🙂",
-    " function", "(", ")", " {", "}", " return", " x", " +", " 1", ";", " if", " else",
-)  # fmt: skip
+    " the",
+    " weather",
+    " in",
+    " Vienna",
+    " is",
+    " sunny",
+    ",",
+    ".",
+    " and",
+    " we",
+    " expect",
+    " 24",
+    "°C",
+    " today",
+    "\n",
+    "\n\n",
+    " a",
+    " light",
+    " breeze",
+    " from",
+    " the",
+    " west",
+    " —",
+    " café",
+    " naïve",
+    " 日本",
+    "語",
+    ' "quoted"',
+    " back\\slash",
+    " tab\t",
+    " 🙂",
+    " function",
+    "(",
+    ")",
+    " {",
+    "}",
+    " return",
+    " x",
+    " +",
+    " 1",
+    ";",
+    " if",
+    " else",
+)
 
 
 def token_deltas(rng: random.Random, n: int) -> list[str]:
@@ -144,23 +183,67 @@ def gen_standard(shape: str, deltas: list[str], args_pieces: list[str] | None) -
     if shape == "tool":
         return None  # the standard sends tool.call whole (draft §4.8)
     rid = "550e8400-e29b-41d4-a716-446655440000"
-    ev = [_sse(_j({"v": "1.0", "seq": 0, "type": "stream.start", "request_id": rid, "model": "example-model",
-                   "created": 1749292800}), "stream.start")]  # fmt: skip
+    ev = [
+        _sse(
+            _j(
+                {
+                    "v": "1.0",
+                    "seq": 0,
+                    "type": "stream.start",
+                    "request_id": rid,
+                    "model": "example-model",
+                    "created": 1749292800,
+                }
+            ),
+            "stream.start",
+        )
+    ]
     seq = 1
     for t in deltas:
-        ev.append(_sse(_j({"v": "1.0", "seq": seq, "type": "content.delta", "index": 0, "role": "assistant",
-                           "delta": {"text": t}}), "content.delta"))  # fmt: skip
+        ev.append(
+            _sse(
+                _j(
+                    {
+                        "v": "1.0",
+                        "seq": seq,
+                        "type": "content.delta",
+                        "index": 0,
+                        "role": "assistant",
+                        "delta": {"text": t},
+                    }
+                ),
+                "content.delta",
+            )
+        )
         seq += 1
-    ev.append(_sse(_j({"v": "1.0", "seq": seq, "type": "content.stop", "index": 0, "stop_reason": "end_turn"}),
-                   "content.stop"))  # fmt: skip
-    ev.append(_sse(_j({"v": "1.0", "seq": seq + 1, "type": "usage", "input_tokens": 42, "output_tokens": len(deltas)}),
-                   "usage"))  # fmt: skip
+    ev.append(
+        _sse(
+            _j({"v": "1.0", "seq": seq, "type": "content.stop", "index": 0, "stop_reason": "end_turn"}), "content.stop"
+        )
+    )
+    ev.append(
+        _sse(
+            _j({"v": "1.0", "seq": seq + 1, "type": "usage", "input_tokens": 42, "output_tokens": len(deltas)}), "usage"
+        )
+    )
     ev.append(_sse(_j({"v": "1.0", "seq": seq + 2, "type": "stream.end", "request_id": rid}), "stream.end"))
-    req = _j({"version": "1.0", "stream": True, "model": "example-model",
-              "messages": [{"role": "user", "content": "Weather?"}]}).encode()  # fmt: skip
-    return Stream("llm-stream-1.0", shape, ev, req, "/v1/stream",
-                  request_headers={"content-type": "application/llm-request+json; version=1.0"},
-                  text="".join(deltas))  # fmt: skip
+    req = _j(
+        {
+            "version": "1.0",
+            "stream": True,
+            "model": "example-model",
+            "messages": [{"role": "user", "content": "Weather?"}],
+        }
+    ).encode()
+    return Stream(
+        "llm-stream-1.0",
+        shape,
+        ev,
+        req,
+        "/v1/stream",
+        request_headers={"content-type": "application/llm-request+json; version=1.0"},
+        text="".join(deltas),
+    )
 
 
 # -- openai.chat ------------------------------------------------------------------------------
@@ -169,26 +252,55 @@ _CHAT_HEAD = '{"id":"chatcmpl-9tXjg9DdaOfymTPDrSLfxslQEH0C2","object":"chat.comp
 
 
 def gen_chat(shape: str, deltas: list[str], args_pieces: list[str] | None) -> Stream:
-    ev = [_sse(_CHAT_HEAD + '[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}')]
+    ev = [
+        _sse(
+            _CHAT_HEAD
+            + '[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}'
+        )
+    ]
     if shape == "tool":
-        ev[0] = _sse(_CHAT_HEAD + '[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_nZUB8dEnPSMykLtTKRRS3sT8","type":"function","function":{"name":"write_file","arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}')
+        ev[0] = _sse(
+            _CHAT_HEAD
+            + '[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_nZUB8dEnPSMykLtTKRRS3sT8","type":"function","function":{"name":"write_file","arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}'
+        )
         for p in args_pieces or ():
-            ev.append(_sse(_CHAT_HEAD + '[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":' + _j(p)
-                           + '}}]},"logprobs":null,"finish_reason":null}],"usage":null}'))  # fmt: skip
+            ev.append(
+                _sse(
+                    _CHAT_HEAD
+                    + '[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":'
+                    + _j(p)
+                    + '}}]},"logprobs":null,"finish_reason":null}],"usage":null}'
+                )
+            )
         finish = "tool_calls"
     else:
         for t in deltas:
-            ev.append(_sse(_CHAT_HEAD + '[{"index":0,"delta":{"content":' + _j(t)
-                           + '},"logprobs":null,"finish_reason":null}],"usage":null}'))  # fmt: skip
+            ev.append(
+                _sse(
+                    _CHAT_HEAD
+                    + '[{"index":0,"delta":{"content":'
+                    + _j(t)
+                    + '},"logprobs":null,"finish_reason":null}],"usage":null}'
+                )
+            )
         finish = "stop"
-    ev.append(_sse(_CHAT_HEAD + '[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + finish + '"}],"usage":null}'))
+    ev.append(
+        _sse(_CHAT_HEAD + '[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + finish + '"}],"usage":null}')
+    )
     ev.append(_sse(_CHAT_HEAD + '[],"usage":{"prompt_tokens":19,"completion_tokens":2000,"total_tokens":2019}}'))
     ev.append(b"data: [DONE]\n\n")
-    req = _j({"model": "gpt-4o", "stream": True, "stream_options": {"include_usage": True},
-              "messages": [{"role": "user", "content": "Write it."}],
-              "tools": [{"type": "function", "function": {"name": TOOL, "parameters": {"type": "object"}}}]}).encode()  # fmt: skip
-    return Stream("openai.chat", shape, ev, req, "/v1/chat/completions",
-                  text="".join(deltas) if shape != "tool" else "")  # fmt: skip
+    req = _j(
+        {
+            "model": "gpt-4o",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "Write it."}],
+            "tools": [{"type": "function", "function": {"name": TOOL, "parameters": {"type": "object"}}}],
+        }
+    ).encode()
+    return Stream(
+        "openai.chat", shape, ev, req, "/v1/chat/completions", text="".join(deltas) if shape != "tool" else ""
+    )
 
 
 # -- openai.responses -------------------------------------------------------------------------
@@ -199,14 +311,32 @@ _FC_ID = "fc_0c3fb28cfcf463a500695fa2f0b0a881a0890103ba88b0628e"
 
 
 def _resp_obj(status: str, output: list[Any]) -> dict[str, Any]:
-    return {"id": _RESP_ID, "object": "response", "created_at": 1767874658, "status": status, "background": False,
-            "error": None, "incomplete_details": None, "instructions": None, "max_output_tokens": None,
-            "model": "gpt-4o-mini-2024-07-18", "output": output, "parallel_tool_calls": True,
-            "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": True,
-            "temperature": 1.0, "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": "auto",
-            "tools": [], "top_p": 1.0, "truncation": "disabled",
-            "usage": None if status != "completed" else {"input_tokens": 11, "output_tokens": 2000, "total_tokens": 2011},
-            "user": None, "metadata": {}}  # fmt: skip
+    return {
+        "id": _RESP_ID,
+        "object": "response",
+        "created_at": 1767874658,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": "gpt-4o-mini-2024-07-18",
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "store": True,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": None if status != "completed" else {"input_tokens": 11, "output_tokens": 2000, "total_tokens": 2011},
+        "user": None,
+        "metadata": {},
+    }
 
 
 def gen_responses(shape: str, deltas: list[str], args_pieces: list[str] | None) -> Stream:
@@ -218,71 +348,203 @@ def gen_responses(shape: str, deltas: list[str], args_pieces: list[str] | None) 
         seq += 1
         return _sse(_j(obj), obj["type"])
 
-    ev = [e({"type": "response.created", "response": _resp_obj("in_progress", [])}),
-          e({"type": "response.in_progress", "response": _resp_obj("in_progress", [])})]  # fmt: skip
+    ev = [
+        e({"type": "response.created", "response": _resp_obj("in_progress", [])}),
+        e({"type": "response.in_progress", "response": _resp_obj("in_progress", [])}),
+    ]
     if shape == "tool":
         args = "".join(args_pieces or ())
-        ev.append(e({"type": "response.output_item.added", "item": {"id": _FC_ID, "type": "function_call",
-                     "status": "in_progress", "arguments": "", "call_id": "call_7VaiUXZYuuuwWwviCrckxq6t",
-                     "name": TOOL}, "output_index": 0}))  # fmt: skip
+        ev.append(
+            e(
+                {
+                    "type": "response.output_item.added",
+                    "item": {
+                        "id": _FC_ID,
+                        "type": "function_call",
+                        "status": "in_progress",
+                        "arguments": "",
+                        "call_id": "call_7VaiUXZYuuuwWwviCrckxq6t",
+                        "name": TOOL,
+                    },
+                    "output_index": 0,
+                }
+            )
+        )
         for p in args_pieces or ():
-            ev.append(e({"type": "response.function_call_arguments.delta", "delta": p, "item_id": _FC_ID,
-                         "obfuscation": "gWZHP8i4lSgQYT", "output_index": 0}))  # fmt: skip
-        ev.append(e({"type": "response.function_call_arguments.done", "arguments": args, "item_id": _FC_ID,
-                     "output_index": 0}))  # fmt: skip
-        item = {"id": _FC_ID, "type": "function_call", "status": "completed", "arguments": args,
-                "call_id": "call_7VaiUXZYuuuwWwviCrckxq6t", "name": TOOL}  # fmt: skip
+            ev.append(
+                e(
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "delta": p,
+                        "item_id": _FC_ID,
+                        "obfuscation": "gWZHP8i4lSgQYT",
+                        "output_index": 0,
+                    }
+                )
+            )
+        ev.append(
+            e(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "arguments": args,
+                    "item_id": _FC_ID,
+                    "output_index": 0,
+                }
+            )
+        )
+        item = {
+            "id": _FC_ID,
+            "type": "function_call",
+            "status": "completed",
+            "arguments": args,
+            "call_id": "call_7VaiUXZYuuuwWwviCrckxq6t",
+            "name": TOOL,
+        }
         ev.append(e({"type": "response.output_item.done", "item": item, "output_index": 0}))
     else:
         text = "".join(deltas)
-        ev.append(e({"type": "response.output_item.added", "item": {"id": _MSG_ID, "type": "message",
-                     "status": "in_progress", "content": [], "role": "assistant"}, "output_index": 0}))  # fmt: skip
-        ev.append(e({"type": "response.content_part.added", "content_index": 0, "item_id": _MSG_ID, "output_index": 0,
-                     "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}}))  # fmt: skip
+        ev.append(
+            e(
+                {
+                    "type": "response.output_item.added",
+                    "item": {
+                        "id": _MSG_ID,
+                        "type": "message",
+                        "status": "in_progress",
+                        "content": [],
+                        "role": "assistant",
+                    },
+                    "output_index": 0,
+                }
+            )
+        )
+        ev.append(
+            e(
+                {
+                    "type": "response.content_part.added",
+                    "content_index": 0,
+                    "item_id": _MSG_ID,
+                    "output_index": 0,
+                    "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""},
+                }
+            )
+        )
         for t in deltas:
-            ev.append(e({"type": "response.output_text.delta", "content_index": 0, "delta": t, "item_id": _MSG_ID,
-                         "logprobs": [], "obfuscation": "N16SG5UiLncOU", "output_index": 0}))  # fmt: skip
-        ev.append(e({"type": "response.output_text.done", "content_index": 0, "item_id": _MSG_ID, "logprobs": [],
-                     "output_index": 0, "text": text}))  # fmt: skip
+            ev.append(
+                e(
+                    {
+                        "type": "response.output_text.delta",
+                        "content_index": 0,
+                        "delta": t,
+                        "item_id": _MSG_ID,
+                        "logprobs": [],
+                        "obfuscation": "N16SG5UiLncOU",
+                        "output_index": 0,
+                    }
+                )
+            )
+        ev.append(
+            e(
+                {
+                    "type": "response.output_text.done",
+                    "content_index": 0,
+                    "item_id": _MSG_ID,
+                    "logprobs": [],
+                    "output_index": 0,
+                    "text": text,
+                }
+            )
+        )
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
-        ev.append(e({"type": "response.content_part.done", "content_index": 0, "item_id": _MSG_ID, "output_index": 0,
-                     "part": part}))  # fmt: skip
+        ev.append(
+            e(
+                {
+                    "type": "response.content_part.done",
+                    "content_index": 0,
+                    "item_id": _MSG_ID,
+                    "output_index": 0,
+                    "part": part,
+                }
+            )
+        )
         item = {"id": _MSG_ID, "type": "message", "status": "completed", "content": [part], "role": "assistant"}
         ev.append(e({"type": "response.output_item.done", "item": item, "output_index": 0}))
     ev.append(e({"type": "response.completed", "response": _resp_obj("completed", [item])}))
-    req = _j({"model": "gpt-4o-mini", "stream": True, "input": "Write it.",
-              "tools": [{"type": "function", "name": TOOL, "parameters": {"type": "object"}}]}).encode()  # fmt: skip
-    return Stream("openai.responses", shape, ev, req, "/v1/responses",
-                  text="".join(deltas) if shape != "tool" else "")  # fmt: skip
+    req = _j(
+        {
+            "model": "gpt-4o-mini",
+            "stream": True,
+            "input": "Write it.",
+            "tools": [{"type": "function", "name": TOOL, "parameters": {"type": "object"}}],
+        }
+    ).encode()
+    return Stream("openai.responses", shape, ev, req, "/v1/responses", text="".join(deltas) if shape != "tool" else "")
 
 
 # -- anthropic.messages -----------------------------------------------------------------------
 
 
 def gen_anthropic(shape: str, deltas: list[str], args_pieces: list[str] | None) -> Stream:
-    ev = [_sse('{"type":"message_start","message":{"id":"msg_019Q1hrJbZG26Fb9BQhrkHEr","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":377,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}}}', "message_start")]
+    ev = [
+        _sse(
+            '{"type":"message_start","message":{"id":"msg_019Q1hrJbZG26Fb9BQhrkHEr","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":377,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}}}',
+            "message_start",
+        )
+    ]
     if shape == "tool":
-        ev.append(_sse('{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01NRLabsLyVHZPKxbKvkfSMn","name":"write_file","input":{}}}', "content_block_start"))
+        ev.append(
+            _sse(
+                '{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01NRLabsLyVHZPKxbKvkfSMn","name":"write_file","input":{}}}',
+                "content_block_start",
+            )
+        )
         ev.append(_sse('{"type": "ping"}', "ping"))
         for p in args_pieces or ():
-            ev.append(_sse('{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":'
-                           + _j(p) + "}}", "content_block_delta"))  # fmt: skip
+            ev.append(
+                _sse(
+                    '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":'
+                    + _j(p)
+                    + "}}",
+                    "content_block_delta",
+                )
+            )
         stop = "tool_use"
     else:
-        ev.append(_sse('{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}', "content_block_start"))
+        ev.append(
+            _sse(
+                '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+                "content_block_start",
+            )
+        )
         ev.append(_sse('{"type": "ping"}', "ping"))
         for t in deltas:
-            ev.append(_sse('{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":' + _j(t) + "}}",
-                           "content_block_delta"))  # fmt: skip
+            ev.append(
+                _sse(
+                    '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":' + _j(t) + "}}",
+                    "content_block_delta",
+                )
+            )
         stop = "end_turn"
     ev.append(_sse('{"type":"content_block_stop","index":0}', "content_block_stop"))
-    ev.append(_sse('{"type":"message_delta","delta":{"stop_reason":"' + stop + '","stop_sequence":null},"usage":{"output_tokens":2000}}', "message_delta"))
+    ev.append(
+        _sse(
+            '{"type":"message_delta","delta":{"stop_reason":"'
+            + stop
+            + '","stop_sequence":null},"usage":{"output_tokens":2000}}',
+            "message_delta",
+        )
+    )
     ev.append(_sse('{"type":"message_stop"}', "message_stop"))
-    req = _j({"model": "claude-sonnet-4-0", "max_tokens": 4096, "stream": True,
-              "tools": [{"name": TOOL, "input_schema": {"type": "object"}}],
-              "messages": [{"role": "user", "content": "Write it."}]}).encode()  # fmt: skip
-    return Stream("anthropic.messages", shape, ev, req, "/v1/messages",
-                  text="".join(deltas) if shape != "tool" else "")  # fmt: skip
+    req = _j(
+        {
+            "model": "claude-sonnet-4-0",
+            "max_tokens": 4096,
+            "stream": True,
+            "tools": [{"name": TOOL, "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "Write it."}],
+        }
+    ).encode()
+    return Stream("anthropic.messages", shape, ev, req, "/v1/messages", text="".join(deltas) if shape != "tool" else "")
 
 
 # -- gemini (SSE, CRLF) -----------------------------------------------------------------------
@@ -294,23 +556,71 @@ def gen_gemini(shape: str, deltas: list[str], args_pieces: list[str] | None) -> 
     crlf = "\r\n"
     ev = []
     if shape == "tool":
-        ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"write_file","willContinue":true},"thoughtSignature":"CiMBjz1rX25KieIB4d4AwFn8"}]}}]' + _GEM_TAIL, nl=crlf))
-        ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.path","stringValue":"src/main.py"}],"willContinue":true}}]}}]' + _GEM_TAIL, nl=crlf))
+        ev.append(
+            _sse(
+                '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"write_file","willContinue":true},"thoughtSignature":"CiMBjz1rX25KieIB4d4AwFn8"}]}}]'
+                + _GEM_TAIL,
+                nl=crlf,
+            )
+        )
+        ev.append(
+            _sse(
+                '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.path","stringValue":"src/main.py"}],"willContinue":true}}]}}]'
+                + _GEM_TAIL,
+                nl=crlf,
+            )
+        )
         for p in args_pieces or ():
-            ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.content","stringValue":'
-                           + _j(p) + ',"willContinue":true}],"willContinue":true}}]}}]' + _GEM_TAIL, nl=crlf))  # fmt: skip
-        ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.content","stringValue":""}],"willContinue":true}}]}}]' + _GEM_TAIL, nl=crlf))
-        ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":26,"candidatesTokenCount":2000,"totalTokenCount":2026,"trafficType":"ON_DEMAND"},"modelVersion":"gemini-3.1-pro-preview","createTime":"2026-04-02T17:03:50.399550Z","responseId":"dqHOab6xGLzWodAPkPuViA4"}', nl=crlf))
+            ev.append(
+                _sse(
+                    '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.content","stringValue":'
+                    + _j(p)
+                    + ',"willContinue":true}],"willContinue":true}}]}}]'
+                    + _GEM_TAIL,
+                    nl=crlf,
+                )
+            )
+        ev.append(
+            _sse(
+                '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"partialArgs":[{"jsonPath":"$.content","stringValue":""}],"willContinue":true}}]}}]'
+                + _GEM_TAIL,
+                nl=crlf,
+            )
+        )
+        ev.append(
+            _sse(
+                '{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":26,"candidatesTokenCount":2000,"totalTokenCount":2026,"trafficType":"ON_DEMAND"},"modelVersion":"gemini-3.1-pro-preview","createTime":"2026-04-02T17:03:50.399550Z","responseId":"dqHOab6xGLzWodAPkPuViA4"}',
+                nl=crlf,
+            )
+        )
     else:
         for t in deltas:
-            ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"text":' + _j(t) + "}]}}]" + _GEM_TAIL, nl=crlf))
-        ev.append(_sse('{"candidates":[{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":2000,"totalTokenCount":2005,"trafficType":"ON_DEMAND"},"modelVersion":"gemini-3.1-pro-preview","createTime":"2026-04-02T17:03:50.399550Z","responseId":"dqHOab6xGLzWodAPkPuViA4"}', nl=crlf))
-    req = _j({"contents": [{"role": "user", "parts": [{"text": "Write it."}]}],
-              "tools": [{"functionDeclarations": [{"name": TOOL, "parameters": {"type": "object"}}]}],
-              "toolConfig": {"functionCallingConfig": {"mode": "AUTO", "streamFunctionCallArguments": True}}}).encode()  # fmt: skip
-    return Stream("gemini", shape, ev, req,
-                  "/v1/projects/p/locations/global/publishers/google/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
-                  text="".join(deltas) if shape != "tool" else "")  # fmt: skip
+            ev.append(
+                _sse(
+                    '{"candidates":[{"content":{"role":"model","parts":[{"text":' + _j(t) + "}]}}]" + _GEM_TAIL, nl=crlf
+                )
+            )
+        ev.append(
+            _sse(
+                '{"candidates":[{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":2000,"totalTokenCount":2005,"trafficType":"ON_DEMAND"},"modelVersion":"gemini-3.1-pro-preview","createTime":"2026-04-02T17:03:50.399550Z","responseId":"dqHOab6xGLzWodAPkPuViA4"}',
+                nl=crlf,
+            )
+        )
+    req = _j(
+        {
+            "contents": [{"role": "user", "parts": [{"text": "Write it."}]}],
+            "tools": [{"functionDeclarations": [{"name": TOOL, "parameters": {"type": "object"}}]}],
+            "toolConfig": {"functionCallingConfig": {"mode": "AUTO", "streamFunctionCallArguments": True}},
+        }
+    ).encode()
+    return Stream(
+        "gemini",
+        shape,
+        ev,
+        req,
+        "/v1/projects/p/locations/global/publishers/google/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+        text="".join(deltas) if shape != "tool" else "",
+    )
 
 
 # -- ollama (NDJSON) --------------------------------------------------------------------------
@@ -321,15 +631,50 @@ def gen_ollama(shape: str, deltas: list[str], args_pieces: list[str] | None) -> 
         return None  # Ollama sends each tool call whole, in one line
     ev = []
     for i, t in enumerate(deltas):
-        ev.append((_j({"model": "llama3.2", "created_at": f"2023-08-04T08:52:19.{i:09d}-07:00",
-                       "message": {"role": "assistant", "content": t}, "done": False}) + "\n").encode())  # fmt: skip
-    ev.append((_j({"model": "llama3.2", "created_at": "2023-08-04T19:22:45.499127Z",
-                   "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
-                   "total_duration": 4883583458, "load_duration": 1334875, "prompt_eval_count": 26,
-                   "prompt_eval_duration": 342546000, "eval_count": 282, "eval_duration": 4535599000}) + "\n").encode())  # fmt: skip
+        ev.append(
+            (
+                _j(
+                    {
+                        "model": "llama3.2",
+                        "created_at": f"2023-08-04T08:52:19.{i:09d}-07:00",
+                        "message": {"role": "assistant", "content": t},
+                        "done": False,
+                    }
+                )
+                + "\n"
+            ).encode()
+        )
+    ev.append(
+        (
+            _j(
+                {
+                    "model": "llama3.2",
+                    "created_at": "2023-08-04T19:22:45.499127Z",
+                    "message": {"role": "assistant", "content": ""},
+                    "done": True,
+                    "done_reason": "stop",
+                    "total_duration": 4883583458,
+                    "load_duration": 1334875,
+                    "prompt_eval_count": 26,
+                    "prompt_eval_duration": 342546000,
+                    "eval_count": 282,
+                    "eval_duration": 4535599000,
+                }
+            )
+            + "\n"
+        ).encode()
+    )
     req = _j({"model": "llama3.2", "messages": [{"role": "user", "content": "Why is the sky blue?"}]}).encode()
-    return Stream("ollama", shape, ev, req, "/api/chat", content_type="application/x-ndjson", framing="ndjson",
-                  text="".join(deltas))  # fmt: skip
+    return Stream(
+        "ollama",
+        shape,
+        ev,
+        req,
+        "/api/chat",
+        content_type="application/x-ndjson",
+        framing="ndjson",
+        text="".join(deltas),
+    )
 
 
 # -- vercel.ui (AI SDK v5 UI message stream) --------------------------------------------------
@@ -338,11 +683,24 @@ def gen_ollama(shape: str, deltas: list[str], args_pieces: list[str] | None) -> 
 def gen_vercel(shape: str, deltas: list[str], args_pieces: list[str] | None) -> Stream:
     ev = [_sse('{"type":"start","messageId":"msg-2f1c9e"}'), _sse('{"type":"start-step"}')]
     if shape == "tool":
-        ev.append(_sse('{"type":"tool-input-start","toolCallId":"call_fJdQDqnXeGxTmr4E3YPSR7Ar","toolName":"write_file"}'))
+        ev.append(
+            _sse('{"type":"tool-input-start","toolCallId":"call_fJdQDqnXeGxTmr4E3YPSR7Ar","toolName":"write_file"}')
+        )
         for p in args_pieces or ():
-            ev.append(_sse('{"type":"tool-input-delta","toolCallId":"call_fJdQDqnXeGxTmr4E3YPSR7Ar","inputTextDelta":' + _j(p) + "}"))
-        ev.append(_sse('{"type":"tool-input-available","toolCallId":"call_fJdQDqnXeGxTmr4E3YPSR7Ar","toolName":"write_file","input":'
-                       + "".join(args_pieces or ()) + "}"))  # fmt: skip
+            ev.append(
+                _sse(
+                    '{"type":"tool-input-delta","toolCallId":"call_fJdQDqnXeGxTmr4E3YPSR7Ar","inputTextDelta":'
+                    + _j(p)
+                    + "}"
+                )
+            )
+        ev.append(
+            _sse(
+                '{"type":"tool-input-available","toolCallId":"call_fJdQDqnXeGxTmr4E3YPSR7Ar","toolName":"write_file","input":'
+                + "".join(args_pieces or ())
+                + "}"
+            )
+        )
     else:
         tid = "msg_68679a454370819ca74c8eb3d04379630dd1afb72306ca5d"
         ev.append(_sse('{"type":"text-start","id":"' + tid + '"}'))
@@ -350,8 +708,14 @@ def gen_vercel(shape: str, deltas: list[str], args_pieces: list[str] | None) -> 
             ev.append(_sse('{"type":"text-delta","id":"' + tid + '","delta":' + _j(t) + "}"))
         ev.append(_sse('{"type":"text-end","id":"' + tid + '"}'))
     ev += [_sse('{"type":"finish-step"}'), _sse('{"type":"finish"}'), b"data: [DONE]\n\n"]
-    req = _j({"id": "chat-77", "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "Write it."}]}],
-              "trigger": "submit-message", "messageId": "a-9"}).encode()  # fmt: skip
+    req = _j(
+        {
+            "id": "chat-77",
+            "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "Write it."}]}],
+            "trigger": "submit-message",
+            "messageId": "a-9",
+        }
+    ).encode()
     return Stream("vercel.ui", shape, ev, req, "/api/chat", text="".join(deltas) if shape != "tool" else "")
 
 
@@ -418,10 +782,29 @@ class ObserverSide:
         self.started = datetime.fromtimestamp(T0, tz=timezone.utc)
 
     def run(self, chunks: list[bytes]) -> Exchange:
-        ex = Exchange(id="bench", dialect=self.dialect.name, host="127.0.0.1", path="/", method="POST",
-                      http_version="HTTP/1.1", started_at=self.started, status_code=200, request=self.facts)  # fmt: skip
-        spec = ResponseSpec(self.dialect.name, 200, self.content_type, None, T0, self.view.path,
-                            tuple(self.facts.tool_names), self.facts.request_id, self.facts.stream, self.limits)  # fmt: skip
+        ex = Exchange(
+            id="bench",
+            dialect=self.dialect.name,
+            host="127.0.0.1",
+            path="/",
+            method="POST",
+            http_version="HTTP/1.1",
+            started_at=self.started,
+            status_code=200,
+            request=self.facts,
+        )
+        spec = ResponseSpec(
+            self.dialect.name,
+            200,
+            self.content_type,
+            None,
+            T0,
+            self.view.path,
+            tuple(self.facts.tool_names),
+            self.facts.request_id,
+            self.facts.stream,
+            self.limits,
+        )
         obs = StreamObserver(self.dialect, spec)
         feed = obs.feed
         t = T0
@@ -647,9 +1030,19 @@ def main(argv: list[str] | None = None) -> int:
                 fig.met = (fig.ratio or 0) >= TARGET
                 t_floor = parse_floor(s, repeats)
                 rows.append((name, n / t_obs, n / t_base, 1e6 * t_obs / n, 1e6 * t_base / n, t_base / t_floor))
-                details["cases"].append({"name": name, "events": n, "bytes": len(body), "chunks": len(chunks),
-                                         "observer_s": t_obs, "baseline_s": t_base, "parse_floor_s": t_floor,
-                                         "observer_events_s": n / t_obs, "baseline_events_s": n / t_base})  # fmt: skip
+                details["cases"].append(
+                    {
+                        "name": name,
+                        "events": n,
+                        "bytes": len(body),
+                        "chunks": len(chunks),
+                        "observer_s": t_obs,
+                        "baseline_s": t_base,
+                        "parse_floor_s": t_floor,
+                        "observer_events_s": n / t_obs,
+                        "baseline_events_s": n / t_base,
+                    }
+                )
 
     report.seconds = time.perf_counter() - started
     report.details = details

@@ -95,8 +95,11 @@ class ConfigResult:
         end_wall = times.get("end_wall")
         if r.t_end is not None and end_wall:
             self.end_ms.append((r.t_end - end_wall) * 1000.0)
-        for lst, etype in ((self.last_delta_ms, b"content.delta"), (self.usage_ms, b"usage"),
-                           (self.stream_end_ms, b"stream.end")):
+        for lst, etype in (
+            (self.last_delta_ms, b"content.delta"),
+            (self.usage_ms, b"usage"),
+            (self.stream_end_ms, b"stream.end"),
+        ):
             v = r.latency_of(etype)
             if v is not None:
                 lst.append(v)
@@ -105,11 +108,20 @@ class ConfigResult:
         """p50/p90/p99/max/mean of event latency and medians of the per-stream figures (ms)."""
         s = self.latencies_ms
         med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-        return {"n": len(s), "p50": pct(s, 0.50), "p90": pct(s, 0.90), "p99": pct(s, 0.99),
-                "max": max(s) if s else float("nan"), "mean": statistics.fmean(s) if s else float("nan"),
-                "ttfb": med(self.ttfb_ms), "end": med(self.end_ms), "last_delta": med(self.last_delta_ms),
-                "usage": med(self.usage_ms), "stream_end": med(self.stream_end_ms),
-                "cpu_us_per_event": (self.cpu_s / self.events * 1e6) if self.cpu_known and self.events else float("nan")}
+        return {
+            "n": len(s),
+            "p50": pct(s, 0.50),
+            "p90": pct(s, 0.90),
+            "p99": pct(s, 0.99),
+            "max": max(s) if s else float("nan"),
+            "mean": statistics.fmean(s) if s else float("nan"),
+            "ttfb": med(self.ttfb_ms),
+            "end": med(self.end_ms),
+            "last_delta": med(self.last_delta_ms),
+            "usage": med(self.usage_ms),
+            "stream_end": med(self.stream_end_ms),
+            "cpu_us_per_event": (self.cpu_s / self.events * 1e6) if self.cpu_known and self.events else float("nan"),
+        }
 
 
 def describe_db(path: Path) -> str:
@@ -120,7 +132,7 @@ def describe_db(path: Path) -> str:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             names = [r[0] for r in con.execute("select name from sqlite_master where type='table' order by name")]
-            parts = [f"{n}={con.execute(f'select count(*) from \"{n}\"').fetchone()[0]}" for n in names]
+            parts = [f"{n}={con.execute(f'select count(*) from "{n}"').fetchone()[0]}" for n in names]
             return f"{path.stat().st_size} bytes; rows per table: " + (", ".join(parts) or "(no tables)")
         finally:
             con.close()
@@ -128,14 +140,20 @@ def describe_db(path: Path) -> str:
         return f"unreadable: {e}"
 
 
-async def measure(args: argparse.Namespace, transports: list[str], work: Path, notes: list[str],
-                  t_start: float) -> tuple[dict[tuple[str, str], ConfigResult], list[str], Path]:
+async def measure(
+    args: argparse.Namespace, transports: list[str], work: Path, notes: list[str], t_start: float
+) -> tuple[dict[tuple[str, str], ConfigResult], list[str], Path]:
     deadline = t_start + args.max_seconds
     stream_timeout = 10.0 + args.events * args.gap_ms / 1000.0 * 2
     db_path = work / "bench.db"
     with Upstream(work) as up:
-        procs = start_proxies(("baseline", "addon"), work, db_path=db_path, addon=args.addon,
-                              addon_sets=dict(kv.split("=", 1) for kv in args.set))
+        procs = start_proxies(
+            ("baseline", "addon"),
+            work,
+            db_path=db_path,
+            addon=args.addon,
+            addon_sets=dict(kv.split("=", 1) for kv in args.set),
+        )
         try:
             configs = ["direct", "baseline", "addon"]
             results = {(t, c): ConfigResult(c) for t in transports for c in configs}
@@ -145,11 +163,14 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, n
             for t in transports:
                 for c in configs:
                     await fetch_sse(targets[c], t, "/v1/stream?script=long&n=5&gap_ms=2", body, timeout=20)
-            print(f"# {len(transports)} transport(s) x {len(configs)} configs x {args.streams} streams x "
-                  f"{args.events} events, {args.gap_ms:g} ms apart; one stream at a time", flush=True)
+            print(
+                f"# {len(transports)} transport(s) x {len(configs)} configs x {args.streams} streams x "
+                f"{args.events} events, {args.gap_ms:g} ms apart; one stream at a time",
+                flush=True,
+            )
             seq = 0
             for rnd in range(args.streams):
-                order = configs[rnd % len(configs):] + configs[: rnd % len(configs)]
+                order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
                 for t in transports:
                     for c in order:
                         if time.monotonic() + args.events * args.gap_ms / 1000.0 > deadline:
@@ -176,14 +197,21 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, n
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Single-stream latency added by the audit addon vs the same proxy without it.")
+    ap = argparse.ArgumentParser(
+        description="Single-stream latency added by the audit addon vs the same proxy without it."
+    )
     ap.add_argument("--streams", type=int, default=3, help="measured streams per configuration and transport")
     ap.add_argument("--events", type=int, default=120, help="content deltas per stream")
     ap.add_argument("--gap-ms", type=float, default=10.0, help="upstream gap between events (ms)")
     ap.add_argument("--transports", default=",".join(TRANSPORTS), help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
-    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
-                    help="an option of the addon under test, e.g. observer_worker=false (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="an option of the addon under test, e.g. observer_worker=false (repeatable)",
+    )
     ap.add_argument("--max-seconds", type=float, default=90.0, help="stop starting new streams after this")
     ap.add_argument("--smoke", action="store_true", help="a few seconds: 1 stream x 30 events x 5 ms per config")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")
@@ -213,35 +241,51 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- raw table
     print()
-    hdr = (f"{'transport':9} {'config':8} {'events':>6} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'TTFB':>7} "
-           f"{'EoS':>6} {'lastΔ':>6} {'usage':>6} {'s.end':>6} {'CPU µs/ev':>9}   (ms)")
+    hdr = (
+        f"{'transport':9} {'config':8} {'events':>6} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'TTFB':>7} "
+        f"{'EoS':>6} {'lastΔ':>6} {'usage':>6} {'s.end':>6} {'CPU µs/ev':>9}   (ms)"
+    )
     print(hdr)
     for t in transports:
         for c in configs:
             s = results[(t, c)].summary()
-            print(f"{t:9} {c:8} {s['n']:6d} {s['p50']:7.2f} {s['p90']:7.2f} {s['p99']:7.2f} {s['max']:7.2f} "
-                  f"{s['ttfb']:7.1f} {s['end']:6.2f} {s['last_delta']:6.2f} {s['usage']:6.2f} {s['stream_end']:6.2f} "
-                  f"{s['cpu_us_per_event']:9.0f}")
+            print(
+                f"{t:9} {c:8} {s['n']:6d} {s['p50']:7.2f} {s['p90']:7.2f} {s['p99']:7.2f} {s['max']:7.2f} "
+                f"{s['ttfb']:7.1f} {s['end']:6.2f} {s['last_delta']:6.2f} {s['usage']:6.2f} {s['stream_end']:6.2f} "
+                f"{s['cpu_us_per_event']:9.0f}"
+            )
             report.details[f"{t}/{c}"] = {**s, "streams": results[(t, c)].streams, "errors": results[(t, c)].errors}
     print()
     # ---- figures: addon vs baseline
     for t in transports:
         a, b = results[(t, "addon")].summary(), results[(t, "baseline")].summary()
-        for key, label, bound in (("p50", "event latency p50", P50_MAX_MS), ("p99", "event latency p99", P99_MAX_MS),
-                                  ("end", "end of stream (median)", END_MAX_MS),
-                                  ("last_delta", "last delta latency (median)", PROMPT_MAX_MS),
-                                  ("usage", "usage event latency (median)", PROMPT_MAX_MS),
-                                  ("stream_end", "stream.end latency (median)", PROMPT_MAX_MS)):
+        for key, label, bound in (
+            ("p50", "event latency p50", P50_MAX_MS),
+            ("p99", "event latency p99", P99_MAX_MS),
+            ("end", "end of stream (median)", END_MAX_MS),
+            ("last_delta", "last delta latency (median)", PROMPT_MAX_MS),
+            ("usage", "usage event latency (median)", PROMPT_MAX_MS),
+            ("stream_end", "stream.end latency (median)", PROMPT_MAX_MS),
+        ):
             report.add(f"{t} {label}", a[key], "ms", b[key], f"<= +{bound:g} ms", a[key] - b[key] <= bound)
         report.add(f"{t} TTFB (median)", a["ttfb"], "ms", b["ttfb"], "", None, "fresh connection (CONNECT+TLS incl.)")
-        report.add(f"{t} proxy CPU per event", a["cpu_us_per_event"], "µs", b["cpu_us_per_event"], "", None,
-                   "single stream, coarse (10 ms ticks)")
+        report.add(
+            f"{t} proxy CPU per event",
+            a["cpu_us_per_event"],
+            "µs",
+            b["cpu_us_per_event"],
+            "",
+            None,
+            "single stream, coarse (10 ms ticks)",
+        )
     report.print_table()
     print("baseline vs direct (the proxy's own cost):")
     for t in transports:
         d, b = results[(t, "direct")].summary(), results[(t, "baseline")].summary()
-        print(f"  {t:9} p50 {b['p50'] - d['p50']:+.2f} ms, p99 {b['p99'] - d['p99']:+.2f} ms, "
-              f"end of stream {b['end'] - d['end']:+.2f} ms")
+        print(
+            f"  {t:9} p50 {b['p50'] - d['p50']:+.2f} ms, p99 {b['p99'] - d['p99']:+.2f} ms, "
+            f"end of stream {b['end'] - d['end']:+.2f} ms"
+        )
     print(f"addon DB: {db_info}")
     report.details["addon_db"] = db_info
     report.details["params"] = vars(args)

@@ -109,12 +109,18 @@ class LoadResult:
     def summary(self) -> dict[str, float]:
         """p50/p99/max latency (ms), CPU µs per event, mean proxy CPU share (1.0 = one core)."""
         s = self.latencies_ms
-        return {"events": self.events, "p50": pct(s, 0.5), "p99": pct(s, 0.99), "max": max(s) if s else float("nan"),
-                "steady_p50": pct(self.steady_ms, 0.5), "steady_p99": pct(self.steady_ms, 0.99),
-                "cpu_us_per_event": self.cpu_s / self.events * 1e6 if self.events else float("nan"),
-                "cpu_share": self.cpu_s / self.wall_s if self.wall_s else float("nan"),
-                "upstream_client_cpu_share": self.others_cpu_s / self.wall_s if self.wall_s else float("nan"),
-                "loadavg_1m": max(self.loadavg) if self.loadavg else float("nan")}
+        return {
+            "events": self.events,
+            "p50": pct(s, 0.5),
+            "p99": pct(s, 0.99),
+            "max": max(s) if s else float("nan"),
+            "steady_p50": pct(self.steady_ms, 0.5),
+            "steady_p99": pct(self.steady_ms, 0.99),
+            "cpu_us_per_event": self.cpu_s / self.events * 1e6 if self.events else float("nan"),
+            "cpu_share": self.cpu_s / self.wall_s if self.wall_s else float("nan"),
+            "upstream_client_cpu_share": self.others_cpu_s / self.wall_s if self.wall_s else float("nan"),
+            "loadavg_1m": max(self.loadavg) if self.loadavg else float("nan"),
+        }
 
 
 def _spread(r: LoadResult) -> str:
@@ -130,8 +136,14 @@ def _loadavg() -> float:
         return float("nan")
 
 
-async def one_run(target: Any, pid: int | None, transport: str, args: argparse.Namespace, res: LoadResult,
-                  others: tuple[int, ...] = ()) -> None:
+async def one_run(
+    target: Any,
+    pid: int | None,
+    transport: str,
+    args: argparse.Namespace,
+    res: LoadResult,
+    others: tuple[int, ...] = (),
+) -> None:
     """One load run through one proxy (``pid``; ``None`` = direct), folded into ``res``; ``others``
     are the pids whose CPU is summed into ``others_cpu_s`` (upstream, this client)."""
     path = f"/v1/stream?script=long&n={args.events}&gap_ms={args.gap_ms:g}"
@@ -141,8 +153,9 @@ async def one_run(target: Any, pid: int | None, transport: str, args: argparse.N
     o0 = sum(cpu_seconds(p) for p in others)
     cpu0, t0 = (tree_cpu_seconds(pid) if pid else 0.0), time.monotonic()
     steady_from = time.time() + args.spread_s + RAMP_EXTRA_S
-    results = await run_concurrent(target, transport, [path] * args.streams, body, spread_s=args.spread_s,
-                                   timeout=timeout)
+    results = await run_concurrent(
+        target, transport, [path] * args.streams, body, spread_s=args.spread_s, timeout=timeout
+    )
     await asyncio.sleep(SETTLE_S)
     cpu1, t1 = (tree_cpu_seconds(pid) if pid else 0.0), time.monotonic()
     res.others_cpu_s += sum(cpu_seconds(p) for p in others) - o0
@@ -152,7 +165,9 @@ async def one_run(target: Any, pid: int | None, transport: str, args: argparse.N
     for i, r in enumerate(results):
         res.events += r.events
         res.latencies_ms.extend(r.latencies_ms())
-        res.steady_ms.extend((a - s) * 1000.0 for s, a in zip(r.sent, r.arrived, strict=True) if s is not None and s >= steady_from)
+        res.steady_ms.extend(
+            (a - s) * 1000.0 for s, a in zip(r.sent, r.arrived, strict=True) if s is not None and s >= steady_from
+        )
         if r.error or r.events != args.events + 4:
             res.errors.append(f"stream {i}: {r.error or ''} events={r.events}/{args.events + 4}")
     res.run_p99_ms.append(pct(res.latencies_ms, 0.99))
@@ -174,16 +189,21 @@ def parse_variant(spec: str, addon: str, sets: dict[str, str]) -> tuple[str, str
     return label, path.strip() or addon, {**sets, **extra}
 
 
-async def measure(args: argparse.Namespace, transports: list[str], work: Path,
-                  t_start: float) -> dict[tuple[str, str], LoadResult]:
+async def measure(
+    args: argparse.Namespace, transports: list[str], work: Path, t_start: float
+) -> dict[tuple[str, str], LoadResult]:
     with Upstream(work) as up:
         sets = dict(kv.split("=", 1) for kv in args.set)
-        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon,
-                              addon_sets=sets)
+        procs = start_proxies(("baseline", "addon"), work, db_path=work / "bench.db", addon=args.addon, addon_sets=sets)
         try:
             for i, (label, addon, vsets) in enumerate(parse_variant(v, args.addon, sets) for v in args.variant):
-                procs[label] = start_proxy("addon", work / f"variant-{i}", db_path=work / f"bench-variant-{i}.db",
-                                           addon=addon, addon_sets=vsets)
+                procs[label] = start_proxy(
+                    "addon",
+                    work / f"variant-{i}",
+                    db_path=work / f"bench-variant-{i}.db",
+                    addon=addon,
+                    addon_sets=vsets,
+                )
             targets = {k: upstream_target(up, p) for k, p in procs.items()}
             pids: dict[str, int | None] = {k: p.proc.pid for k, p in procs.items() if p.proc is not None}
             kinds = list(procs)
@@ -194,12 +214,19 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path,
             body = llm_request(5)
             for t in transports:  # warm-up, the same for both proxies
                 for k in procs:
-                    await asyncio.gather(*(fetch_sse(targets[k], t, "/v1/stream?script=long&n=5&gap_ms=5", body,
-                                                     timeout=20) for _ in range(4)))
+                    await asyncio.gather(
+                        *(
+                            fetch_sse(targets[k], t, "/v1/stream?script=long&n=5&gap_ms=5", body, timeout=20)
+                            for _ in range(4)
+                        )
+                    )
             results = {(t, k): LoadResult() for t in transports for k in kinds}
-            print(f"# {len(transports)} transport(s) x {args.rounds} round(s) x {len(procs)} proxies, one at a time: "
-                  f"{args.streams} streams x {args.events} events, {args.gap_ms:g} ms apart, "
-                  f"starts over {args.spread_s:g} s", flush=True)
+            print(
+                f"# {len(transports)} transport(s) x {args.rounds} round(s) x {len(procs)} proxies, one at a time: "
+                f"{args.streams} streams x {args.events} events, {args.gap_ms:g} ms apart, "
+                f"starts over {args.spread_s:g} s",
+                flush=True,
+            )
             for rnd in range(args.rounds):
                 for ti, t in enumerate(transports):
                     k0 = (rnd + ti) % len(procs)  # rotating (two proxies: alternating)
@@ -211,31 +238,52 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path,
                         await one_run(targets[k], pids[k], t, args, run, others)
                         results[(t, k)].merge(run)
                         s = run.summary()  # this run alone
-                        print(f"  round {rnd + 1} {t:6} {k:8} p50 {s['p50']:.2f} ms p99 {s['p99']:.2f} ms "
-                              f"CPU {s['cpu_us_per_event']:.0f} µs/ev; proxy {s['cpu_share']:.0%}, upstream+client "
-                              f"{s['upstream_client_cpu_share']:.0%} of a core; load avg {s['loadavg_1m']:.1f} "
-                              f"({time.monotonic() - t_start:.0f} s)", flush=True)
+                        print(
+                            f"  round {rnd + 1} {t:6} {k:8} p50 {s['p50']:.2f} ms p99 {s['p99']:.2f} ms "
+                            f"CPU {s['cpu_us_per_event']:.0f} µs/ev; proxy {s['cpu_share']:.0%}, upstream+client "
+                            f"{s['upstream_client_cpu_share']:.0%} of a core; load avg {s['loadavg_1m']:.1f} "
+                            f"({time.monotonic() - t_start:.0f} s)",
+                            flush=True,
+                        )
             return results
         finally:
             stop_all(procs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Concurrent token streams: latency and proxy CPU/event, addon vs baseline.")
+    ap = argparse.ArgumentParser(
+        description="Concurrent token streams: latency and proxy CPU/event, addon vs baseline."
+    )
     ap.add_argument("--streams", type=int, default=100, help="concurrent streams per run")
     ap.add_argument("--events", type=int, default=300, help="content deltas per stream")
     ap.add_argument("--gap-ms", type=float, default=20.0, help="upstream gap between events (ms)")
     ap.add_argument("--spread-s", type=float, default=1.0, help="stream starts spread over this many seconds")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="runs per proxy and transport (order alternating; default 2: see the module docstring)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs per proxy and transport (order alternating; default 2: see the module docstring)",
+    )
     ap.add_argument("--transports", default=",".join(TRANSPORTS), help="comma list of " + ", ".join(TRANSPORTS))
     ap.add_argument("--addon", default="addons/llm_audit.py", help="the addon under test (relative to the repo)")
-    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
-                    help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)")
-    ap.add_argument("--variant", action="append", default=[], metavar="LABEL[@ADDON][:OPTION=VALUE,...]",
-                    help="another addon proxy measured in the same rounds, e.g. unsliced:observer_tap_slice_us=0 "
-                         "or old@bench/old_addon.py, a path relative to the repo (repeatable; figures without target)")
-    ap.add_argument("--direct", action="store_true", help="also run the load without a proxy (context; +1 run per transport)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="an option of the addon under test, e.g. observer_tap_batch_ms=0 (repeatable)",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL[@ADDON][:OPTION=VALUE,...]",
+        help="another addon proxy measured in the same rounds, e.g. unsliced:observer_tap_slice_us=0 "
+        "or old@bench/old_addon.py, a path relative to the repo (repeatable; figures without target)",
+    )
+    ap.add_argument(
+        "--direct", action="store_true", help="also run the load without a proxy (context; +1 run per transport)"
+    )
     ap.add_argument("--smoke", action="store_true", help="seconds: 10 streams x 20 events x 10 ms")
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")
     args = ap.parse_args(argv)
@@ -254,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.monotonic()
     report = Report("load", smoke=args.smoke)
-    report.details["title"] = f"{args.streams} concurrent streams x {args.events} events at {1000 / args.gap_ms:g}/s each"
+    report.details["title"] = (
+        f"{args.streams} concurrent streams x {args.events} events at {1000 / args.gap_ms:g}/s each"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         try:
             results = asyncio.run(measure(args, transports, Path(tmp), t_start))
@@ -264,26 +314,62 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for t in transports:
         a, b = results[(t, "addon")].summary(), results[(t, "baseline")].summary()
-        report.add(f"{t} event latency p50", a["p50"], "ms", b["p50"], f"<= +{P50_MAX_MS:g} ms", a["p50"] - b["p50"] <= P50_MAX_MS)
-        spread = (f"p99 of each run: addon {_spread(results[(t, 'addon')])}, "
-                  f"baseline {_spread(results[(t, 'baseline')])}")
-        report.add(f"{t} event latency p99", a["p99"], "ms", b["p99"], f"<= +{P99_MAX_MS:g} ms",
-                   a["p99"] - b["p99"] <= P99_MAX_MS, spread)
+        report.add(
+            f"{t} event latency p50",
+            a["p50"],
+            "ms",
+            b["p50"],
+            f"<= +{P50_MAX_MS:g} ms",
+            a["p50"] - b["p50"] <= P50_MAX_MS,
+        )
+        spread = (
+            f"p99 of each run: addon {_spread(results[(t, 'addon')])}, baseline {_spread(results[(t, 'baseline')])}"
+        )
+        report.add(
+            f"{t} event latency p99",
+            a["p99"],
+            "ms",
+            b["p99"],
+            f"<= +{P99_MAX_MS:g} ms",
+            a["p99"] - b["p99"] <= P99_MAX_MS,
+            spread,
+        )
         if math.isfinite(a["steady_p99"]) and math.isfinite(b["steady_p99"]):  # (none at smoke size)
-            report.add(f"{t} p99 steady state", a["steady_p99"], "ms", b["steady_p99"], "", None,
-                       f"events sent > {RAMP_EXTRA_S:g} s after the last stream started (no connection set-up)")
-        report.add(f"{t} proxy CPU per event", a["cpu_us_per_event"], "µs", b["cpu_us_per_event"],
-                   f"<= {CPU_MAX_RATIO:g}x", a["cpu_us_per_event"] <= CPU_MAX_RATIO * b["cpu_us_per_event"],
-                   f"proxy CPU {a['cpu_share']:.0%} vs {b['cpu_share']:.0%} of a core")
+            report.add(
+                f"{t} p99 steady state",
+                a["steady_p99"],
+                "ms",
+                b["steady_p99"],
+                "",
+                None,
+                f"events sent > {RAMP_EXTRA_S:g} s after the last stream started (no connection set-up)",
+            )
+        report.add(
+            f"{t} proxy CPU per event",
+            a["cpu_us_per_event"],
+            "µs",
+            b["cpu_us_per_event"],
+            f"<= {CPU_MAX_RATIO:g}x",
+            a["cpu_us_per_event"] <= CPU_MAX_RATIO * b["cpu_us_per_event"],
+            f"proxy CPU {a['cpu_share']:.0%} vs {b['cpu_share']:.0%} of a core",
+        )
         for label in labels:
             v = results[(t, label)].summary()
             report.add(f"{t} [{label}] event latency p50", v["p50"], "ms", b["p50"], "", None, "variant")
             report.add(f"{t} [{label}] event latency p99", v["p99"], "ms", b["p99"], "", None, "variant")
             if math.isfinite(v["steady_p99"]) and math.isfinite(b["steady_p99"]):
-                report.add(f"{t} [{label}] p99 steady state", v["steady_p99"], "ms", b["steady_p99"], "", None,
-                           "variant")
-            report.add(f"{t} [{label}] proxy CPU per event", v["cpu_us_per_event"], "µs", b["cpu_us_per_event"], "",
-                       None, f"variant; proxy CPU {v['cpu_share']:.0%} of a core")
+                report.add(
+                    f"{t} [{label}] p99 steady state", v["steady_p99"], "ms", b["steady_p99"], "", None, "variant"
+                )
+            report.add(
+                f"{t} [{label}] proxy CPU per event",
+                v["cpu_us_per_event"],
+                "µs",
+                b["cpu_us_per_event"],
+                "",
+                None,
+                f"variant; proxy CPU {v['cpu_share']:.0%} of a core",
+            )
         if (t, "direct") in results:
             d = results[(t, "direct")].summary()
             report.details[f"{t}/baseline-minus-direct"] = {"p50": b["p50"] - d["p50"], "p99": b["p99"] - d["p99"]}
@@ -291,8 +377,12 @@ def main(argv: list[str] | None = None) -> int:
             r = results.get((t, k))
             if r is None:
                 continue
-            report.details[f"{t}/{k}"] = {**r.summary(), "runs": r.runs, "run_p99_ms": r.run_p99_ms,
-                                          "errors": r.errors[:20]}
+            report.details[f"{t}/{k}"] = {
+                **r.summary(),
+                "runs": r.runs,
+                "run_p99_ms": r.run_p99_ms,
+                "errors": r.errors[:20],
+            }
     report.print_table()
     errors = [(k, r.errors) for k, r in results.items() if r.errors]
     for k, e in errors:

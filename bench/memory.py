@@ -75,12 +75,18 @@ def raise_nofile(want: int = 20000) -> int:
 
 def llm_request_body(i: int) -> bytes:
     """A draft-format LLM request (~1 KB) with a per-stream session id."""
-    return json.dumps({
-        "version": "1.0", "model": "example-model", "stream": True,
-        "messages": [{"role": "system", "content": "You are a helpful assistant. " * 10},
-                     {"role": "user", "content": f"Stream {i}: tell me a long story about the weather. " * 8}],
-        "metadata": {"request_id": "550e8400-e29b-41d4-a716-446655440000", "session_id": f"bench-{i}"},
-    }).encode()
+    return json.dumps(
+        {
+            "version": "1.0",
+            "model": "example-model",
+            "stream": True,
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant. " * 10},
+                {"role": "user", "content": f"Stream {i}: tell me a long story about the weather. " * 8},
+            ],
+            "metadata": {"request_id": "550e8400-e29b-41d4-a716-446655440000", "session_id": f"bench-{i}"},
+        }
+    ).encode()
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,13 +114,23 @@ class ClientStats:
             self.errors.append(msg)
 
 
-async def stream_once(proxy_port: int, upstream_port: int, n: int, gap_ms: float, body: bytes,
-                      stats: ClientStats, timeout_s: float, count_events: bool = True) -> None:
+async def stream_once(
+    proxy_port: int,
+    upstream_port: int,
+    n: int,
+    gap_ms: float,
+    body: bytes,
+    stats: ClientStats,
+    timeout_s: float,
+    count_events: bool = True,
+) -> None:
     """One SSE stream through the proxy (absolute-form HTTP/1.1, ``Connection: close``); counts
     events (``\\n\\n``) in the de-chunked body; ``completed`` when there are ``n + 4``."""
     target = f"http://127.0.0.1:{upstream_port}/v1/stream?script=long&n={n}&gap_ms={gap_ms:g}"
-    head = (f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:{upstream_port}\r\nContent-Type: {LLM_CONTENT_TYPE}\r\n"
-            f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:{upstream_port}\r\nContent-Type: {LLM_CONTENT_TYPE}\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     writer = None
     stats.started += 1
     stats.open += 1
@@ -173,15 +189,23 @@ async def stream_once(proxy_port: int, upstream_port: int, n: int, gap_ms: float
             writer.transport.abort()
 
 
-async def slot(i: int, proxy_port: int, upstream_port: int, args: argparse.Namespace, stats: ClientStats,
-               start_delay_s: float, rng: random.Random) -> None:
+async def slot(
+    i: int,
+    proxy_port: int,
+    upstream_port: int,
+    args: argparse.Namespace,
+    stats: ClientStats,
+    start_delay_s: float,
+    rng: random.Random,
+) -> None:
     """Keeps one stream open through ``proxy_port``: the next starts when the previous ends."""
     await asyncio.sleep(start_delay_s)
     body = llm_request_body(i)
     while True:
         n = rng.randint(args.events_min, args.events_max)
-        await stream_once(proxy_port, upstream_port, n, args.gap_ms, body, stats,
-                          timeout_s=30 + n * args.gap_ms / 1000 * 3)
+        await stream_once(
+            proxy_port, upstream_port, n, args.gap_ms, body, stats, timeout_s=30 + n * args.gap_ms / 1000 * 3
+        )
         if stats.failed > args.streams:  # something is broken: stop hammering
             return
         await asyncio.sleep(0.05 * rng.random())
@@ -204,8 +228,12 @@ def db_outcome_times(path: Path) -> dict[str, Any]:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
         try:
-            return {o: {"first_started": a, "last_started": b, "n": n} for o, a, b, n in con.execute(
-                "SELECT outcome, min(started_at), max(started_at), count(*) FROM exchanges GROUP BY outcome")}
+            return {
+                o: {"first_started": a, "last_started": b, "n": n}
+                for o, a, b, n in con.execute(
+                    "SELECT outcome, min(started_at), max(started_at), count(*) FROM exchanges GROUP BY outcome"
+                )
+            }
         finally:
             con.close()
     except sqlite3.Error:
@@ -227,8 +255,9 @@ def db_counts(path: Path) -> dict[str, int]:
 # --------------------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess, obs: MitmdumpProcess,
-              report: Report) -> bool:
+async def run(
+    args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess, obs: MitmdumpProcess, report: Report
+) -> bool:
     rng = random.Random(7)
     pids = {"baseline": base.proc.pid, "observer": obs.proc.pid}  # type: ignore[union-attr]
     stats = {"baseline": ClientStats(), "observer": ClientStats()}
@@ -238,8 +267,9 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
 
     # Warm-up: imports, the writer's first connection, code paths (not measured).
     warm = ClientStats()
-    await asyncio.gather(*(stream_once(ports[k], up.http_port, 3, 5, llm_request_body(0), warm, 20)
-                           for k in ports for _ in range(5)))
+    await asyncio.gather(
+        *(stream_once(ports[k], up.http_port, 3, 5, llm_request_body(0), warm, 20) for k in ports for _ in range(5))
+    )
     if warm.completed != 10:
         print(f"ERROR: warm-up streams failed: {warm.errors}")
         return False
@@ -250,9 +280,20 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
     t0 = time.monotonic()
     tasks: dict[str, list[asyncio.Task[None]]] = {}
     for k in ports:
-        tasks[k] = [asyncio.create_task(slot(i, ports[k], up.http_port, args, stats[k],
-                                             args.ramp_seconds * i / args.streams, random.Random(rng.random())))
-                    for i in range(args.streams)]
+        tasks[k] = [
+            asyncio.create_task(
+                slot(
+                    i,
+                    ports[k],
+                    up.http_port,
+                    args,
+                    stats[k],
+                    args.ramp_seconds * i / args.streams,
+                    random.Random(rng.random()),
+                )
+            )
+            for i in range(args.streams)
+        ]
     samples: list[dict[str, float]] = []
 
     def sample(phase: str) -> dict[str, float]:
@@ -279,20 +320,30 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
         full["baseline_open"] = min(full["baseline_open"], s["baseline_open"])
         full["observer_open"] = min(full["observer_open"], s["observer_open"])
     growth = {k: full[f"{k}_rss_mb"] - idle[k] for k in pids}
-    print(f"# {full['observer_open']:.0f}/{args.streams} open: baseline {full['baseline_rss_mb']:.1f} MB "
-          f"(+{growth['baseline']:.1f}), observer {full['observer_rss_mb']:.1f} MB (+{growth['observer']:.1f})",
-          flush=True)
+    print(
+        f"# {full['observer_open']:.0f}/{args.streams} open: baseline {full['baseline_rss_mb']:.1f} MB "
+        f"(+{growth['baseline']:.1f}), observer {full['observer_rss_mb']:.1f} MB (+{growth['observer']:.1f})",
+        flush=True,
+    )
     details["idle_rss_mb"] = idle
     details["full_rss_mb"] = {k: full[f"{k}_rss_mb"] for k in pids}
     details["open_at_measure"] = {k: full[f"{k}_open"] for k in pids}
     report.add("idle RSS", idle["observer"], "MB", baseline=idle["baseline"])
     report.add(f"RSS with {args.streams} open streams", full["observer_rss_mb"], "MB", baseline=full["baseline_rss_mb"])
-    report.add(f"RSS growth for {args.streams} streams", growth["observer"], "MB", baseline=growth["baseline"],
-               target=f"<= {TARGET_GROWTH_MB:.0f} MB", met=growth["observer"] <= TARGET_GROWTH_MB,
-               note="RSS with the streams open - idle RSS; baseline: the proxy without the addon")
+    report.add(
+        f"RSS growth for {args.streams} streams",
+        growth["observer"],
+        "MB",
+        baseline=growth["baseline"],
+        target=f"<= {TARGET_GROWTH_MB:.0f} MB",
+        met=growth["observer"] <= TARGET_GROWTH_MB,
+        note="RSS with the streams open - idle RSS; baseline: the proxy without the addon",
+    )
     if min(full["observer_open"], full["baseline_open"]) < 0.95 * args.streams:
-        print(f"WARNING: only {full['observer_open']:.0f} (observer) / {full['baseline_open']:.0f} (baseline) "
-              f"of {args.streams} streams open at the measurement")
+        print(
+            f"WARNING: only {full['observer_open']:.0f} (observer) / {full['baseline_open']:.0f} (baseline) "
+            f"of {args.streams} streams open at the measurement"
+        )
 
     # Soak: the baseline's slots stop; the observer keeps ~streams open, cycling.
     for t in tasks["baseline"]:
@@ -333,14 +384,27 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
     slope = lsq_slope([(t / 60.0, r) for t, r in half])
     drift = rss[-1] - rss[0]
     mid = half[0][1] if half else rss[0]  # RSS at half time: the first stream cycles are warm-up
-    details["soak"] = {"seconds": soak_s, "samples": len(soak), "rss_start_mb": rss[0], "rss_end_mb": rss[-1],
-                       "rss_max_mb": max(rss), "rss_min_mb": min(rss), "rss_mid_mb": mid, "slope_mb_per_min_second_half": slope,
-                       "min_open_streams": min_open, "observer_cpu_s": cpu_soak, "events": events_soak,
-                       "events_per_s": events_soak / soak_s if soak_s else 0.0,
-                       "cpu_us_per_event": cpu_soak / events_soak * 1e6 if events_soak else None}
-    print(f"# soak {soak_s:.0f} s: RSS {rss[0]:.1f} -> {rss[-1]:.1f} MB (max {max(rss):.1f}), slope "
-          f"{slope:+.2f} MB/min over the second half; >= {min_open} open; {events_soak / max(soak_s, 1e-9):.0f} ev/s; "
-          f"observer CPU {cpu_soak / max(soak_s, 1e-9) * 100:.0f} %", flush=True)
+    details["soak"] = {
+        "seconds": soak_s,
+        "samples": len(soak),
+        "rss_start_mb": rss[0],
+        "rss_end_mb": rss[-1],
+        "rss_max_mb": max(rss),
+        "rss_min_mb": min(rss),
+        "rss_mid_mb": mid,
+        "slope_mb_per_min_second_half": slope,
+        "min_open_streams": min_open,
+        "observer_cpu_s": cpu_soak,
+        "events": events_soak,
+        "events_per_s": events_soak / soak_s if soak_s else 0.0,
+        "cpu_us_per_event": cpu_soak / events_soak * 1e6 if events_soak else None,
+    }
+    print(
+        f"# soak {soak_s:.0f} s: RSS {rss[0]:.1f} -> {rss[-1]:.1f} MB (max {max(rss):.1f}), slope "
+        f"{slope:+.2f} MB/min over the second half; >= {min_open} open; {events_soak / max(soak_s, 1e-9):.0f} ev/s; "
+        f"observer CPU {cpu_soak / max(soak_s, 1e-9) * 100:.0f} %",
+        flush=True,
+    )
     report.add("soak RSS start", rss[0], "MB")
     report.add("soak RSS end", rss[-1], "MB")
     report.add("soak RSS max", max(rss), "MB")
@@ -348,12 +412,29 @@ async def run(args: argparse.Namespace, up: UpstreamProc, base: MitmdumpProcess,
     # ~18 MB over the first 60-90 s while the allocator's pools warm up, then stays flat);
     # flatness is judged on the second half of the soak.
     report.add("soak RSS end - start", drift, "MB", note="includes the warm-up of the first 60-90 s")
-    report.add("soak RSS end - half time", rss[-1] - mid, "MB", target="<= 5 MB", met=rss[-1] - mid <= 5.0,
-               note="growth over the second half (the first stream cycles fill allocator pools)")
-    report.add("soak RSS slope (2nd half)", slope, "MB/min", target=f"< {TARGET_SLOPE_MB_MIN:g} MB/min",
-               met=abs(slope) < TARGET_SLOPE_MB_MIN, note="least squares over the samples of the second half")
-    report.add("soak min open streams", min_open, "streams", target=f">= {int(0.9 * args.streams)}",
-               met=min_open >= 0.9 * args.streams)
+    report.add(
+        "soak RSS end - half time",
+        rss[-1] - mid,
+        "MB",
+        target="<= 5 MB",
+        met=rss[-1] - mid <= 5.0,
+        note="growth over the second half (the first stream cycles fill allocator pools)",
+    )
+    report.add(
+        "soak RSS slope (2nd half)",
+        slope,
+        "MB/min",
+        target=f"< {TARGET_SLOPE_MB_MIN:g} MB/min",
+        met=abs(slope) < TARGET_SLOPE_MB_MIN,
+        note="least squares over the samples of the second half",
+    )
+    report.add(
+        "soak min open streams",
+        min_open,
+        "streams",
+        target=f">= {int(0.9 * args.streams)}",
+        met=min_open >= 0.9 * args.streams,
+    )
     details["samples"] = samples
     details["client"] = {k: vars(v) for k, v in stats.items()}
     return ok
@@ -387,9 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         up = UpstreamProc(tmp).start()
         base = MitmdumpProcess(REPO / "bench" / "passthrough_addon.py", workdir=str(tmp / "baseline"))
-        obs = MitmdumpProcess(REPO / "addons" / "llm_audit.py", sets={"observer_db": f"sqlite:///{db}"},
-                              workdir=str(tmp / "observer"))
+        obs = MitmdumpProcess(
+            REPO / "addons" / "llm_audit.py", sets={"observer_db": f"sqlite:///{db}"}, workdir=str(tmp / "observer")
+        )
         from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(2) as pool:  # both start-ups at once (each waits for its port)
             for fut in [pool.submit(proc.start, timeout=30) for proc in (base, obs)]:
                 fut.result()
@@ -404,25 +487,45 @@ def main(argv: list[str] | None = None) -> int:
         completed_rows = counts.get("completed", 0)
         total_rows = sum(counts.values())
         done, closed, started = client.get("completed", 0), client.get("aborted", 0), client.get("started", 0)
-        print(f"# stored: {total_rows} rows {counts}; client: {started} started, {done} completed, "
-              f"{closed} closed by the client at the end, {client.get('failed', 0)} failed (+5 warm-up streams)")
+        print(
+            f"# stored: {total_rows} rows {counts}; client: {started} started, {done} completed, "
+            f"{closed} closed by the client at the end, {client.get('failed', 0)} failed (+5 warm-up streams)"
+        )
         # Every stream is one record (the 5 warm-up streams through the observer included). A
         # stream cut at the end may already have passed stream.end through the proxy, so the
         # completed rows lie between the client's completed count and that plus the cut streams.
-        report.add("streams stored (all outcomes)", total_rows, "rows", baseline=started + 5,
-                   target="= streams started", met=total_rows == started + 5)
-        report.add("completed streams stored", completed_rows, "rows", baseline=done + 5,
-                   target=f"= completed (+ <= {closed} cut at the end)",
-                   met=done + 5 <= completed_rows <= done + 5 + closed)
+        report.add(
+            "streams stored (all outcomes)",
+            total_rows,
+            "rows",
+            baseline=started + 5,
+            target="= streams started",
+            met=total_rows == started + 5,
+        )
+        report.add(
+            "completed streams stored",
+            completed_rows,
+            "rows",
+            baseline=done + 5,
+            target=f"= completed (+ <= {closed} cut at the end)",
+            met=done + 5 <= completed_rows <= done + 5 + closed,
+        )
         # The streams cut at the end closed their connections before the observer stopped:
         # the addon must have finished them as client_aborted, not at shutdown as interrupted.
-        report.add("streams still open at shutdown", counts.get("interrupted", 0), "rows", target="= 0",
-                   met=counts.get("interrupted", 0) == 0, note="recorded as interrupted")
+        report.add(
+            "streams still open at shutdown",
+            counts.get("interrupted", 0),
+            "rows",
+            target="= 0",
+            met=counts.get("interrupted", 0) == 0,
+            note="recorded as interrupted",
+        )
         if total_rows != started + 5 or not done + 5 <= completed_rows <= done + 5 + closed or client.get("failed", 0):
             ok = False
             print(f"ERROR: stored rows do not match the client's streams, or streams failed: {client.get('errors')}")
     except Exception as exc:  # noqa: BLE001 - could not measure: exit 1 with the reason
         import traceback
+
         traceback.print_exc()
         print(f"ERROR: could not measure: {exc!r}")
         for p in (base, obs):

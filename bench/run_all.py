@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="each suite at smoke size (seconds)")
     ap.add_argument("--only", default="", help="comma-separated suites to run (default: all)")
     ap.add_argument("--skip", default="", help="comma-separated suites to leave out")
-    ap.add_argument("--soak-seconds", type=float, default=None, help="memory soak duration (default: the suite's, 600 s)")
+    ap.add_argument(
+        "--soak-seconds", type=float, default=None, help="memory soak duration (default: the suite's, 600 s)"
+    )
     ap.add_argument("--json", default="", help="write every suite's report into this file")
     args = ap.parse_args(argv)
 
@@ -92,20 +94,44 @@ def main(argv: list[str] | None = None) -> int:
     total = time.monotonic() - started
     print("\n" + "=" * 100)
     m = machine()
-    print(f"machine: {m['cpu']} x{m['cpus']}, {m['mem_gib']} GiB, Python {m['python']}, Linux {m['kernel']}, {m['date']}")
+    print(
+        f"machine: {m['cpu']} x{m['cpus']}, {m['mem_gib']} GiB, Python {m['python']}, Linux {m['kernel']}, {m['date']}"
+    )
     for rep in reports:
-        figs = [Figure(**{k: f[k] for k in ("name", "value", "unit", "baseline", "target", "met", "note")})
-                for f in rep["figures"]]  # fmt: skip
+        figs = [
+            Figure(**{k: f[k] for k in ("name", "value", "unit", "baseline", "target", "met", "note")})
+            for f in rep["figures"]
+        ]
         print()
         print(format_figures(f"{rep['suite']} ({rep['wall_seconds']:.0f} s)", figs, smoke=rep["smoke"]))
-    missed = [(r["suite"], f["name"]) for r in reports for f in r["figures"] if f.get("met") is False and not r["smoke"]]
-    print(f"\ntotal {total / 60:.1f} min; {len(reports)} suite(s) measured"
-          + (f"; FAILED: {', '.join(failed)}" if failed else "")
-          + ("; smoke size: figures are not measurements, targets not judged" if args.smoke
-             else f"; targets missed: {len(missed)}" if missed else "; every target with a verdict met"))  # fmt: skip
+    missed = [
+        (r["suite"], f["name"]) for r in reports for f in r["figures"] if f.get("met") is False and not r["smoke"]
+    ]
+    print(
+        f"\ntotal {total / 60:.1f} min; {len(reports)} suite(s) measured"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        + (
+            "; smoke size: figures are not measurements, targets not judged"
+            if args.smoke
+            else f"; targets missed: {len(missed)}"
+            if missed
+            else "; every target with a verdict met"
+        )
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": m, "total_seconds": round(total, 1), "smoke": args.smoke,
-                                               "failed": failed, "reports": reports}, indent=2) + "\n")  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": m,
+                    "total_seconds": round(total, 1),
+                    "smoke": args.smoke,
+                    "failed": failed,
+                    "reports": reports,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 1 if failed else 0
 
 

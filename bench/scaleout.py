@@ -68,6 +68,7 @@ TICK_GROUPS = 10  # the light upstream's timers: stream k is served by timer k %
 
 def _rendered_chunks(n: int) -> list[bytes]:
     from tests.e2e.upstream import render_event, script_long
+
     chunks = []
     for ev in script_long(n):
         if "x-bench:sent" in ev:
@@ -101,8 +102,10 @@ async def _serve_light_upstream() -> None:
             n = int(q.get("n", "200"))
             if n not in cache:
                 cache[n] = _rendered_chunks(n)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            )
             done = asyncio.get_running_loop().create_future()
             counter += 1
             k = counter % TICK_GROUPS
@@ -156,6 +159,7 @@ class Haproxy:
 
     def __init__(self, workdir: Path, backend_ports: list[int]) -> None:
         from tests.e2e.harness import free_port
+
         self.port = free_port()
         lines = []
         for line in (REPO / "deploy" / "haproxy.cfg").read_text().splitlines():
@@ -177,15 +181,25 @@ class Haproxy:
 
     def start(self) -> Haproxy:
         from tests.e2e.harness import port_open, wait_until
+
         exe = shutil.which("haproxy")
         if exe is None:
             raise RuntimeError("haproxy is not installed (apt-get install haproxy)")
         with open(self.cfg.with_suffix(".log"), "wb") as log:
-            self.proc = subprocess.Popen([exe, "-db", "-f", str(self.cfg)], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [exe, "-db", "-f", str(self.cfg)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
-            wait_until(lambda: port_open(self.port), 10, what="haproxy",
-                       abort=lambda: None if self.proc.poll() is None else "haproxy exited")  # type: ignore[union-attr]
+            wait_until(
+                lambda: port_open(self.port),
+                10,
+                what="haproxy",
+                abort=lambda: None if self.proc.poll() is None else "haproxy exited",
+            )  # type: ignore[union-attr]
         except (TimeoutError, RuntimeError) as exc:
             self.stop()
             raise RuntimeError(f"{exc}: {self.cfg.with_suffix('.log').read_text(errors='replace')[-500:]}") from exc
@@ -204,13 +218,16 @@ class Haproxy:
                 p.wait(5)
 
 
-async def stream_count(proxy_port: int, upstream_port: int, n: int, gap_ms: float, body: bytes, live: ClientStats,
-                       timeout_s: float) -> None:
+async def stream_count(
+    proxy_port: int, upstream_port: int, n: int, gap_ms: float, body: bytes, live: ClientStats, timeout_s: float
+) -> None:
     """One stream through the proxy with ``Connection: close``; reads raw until EOF and counts
     SSE event ends (``\\n\\n``: HTTP/1.1 chunk framing uses ``\\r\\n``, so it never forms one)."""
     target = f"http://127.0.0.1:{upstream_port}/v1/stream?script=long&n={n}&gap_ms={gap_ms:g}"
-    head = (f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:{upstream_port}\r\nContent-Type: {LLM_CONTENT_TYPE}\r\n"
-            f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:{upstream_port}\r\nContent-Type: {LLM_CONTENT_TYPE}\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     live.started += 1
     writer = None
     events = 0
@@ -227,7 +244,7 @@ async def stream_count(proxy_port: int, upstream_port: int, n: int, gap_ms: floa
             if not buf.startswith(b"HTTP/1.1 200"):
                 raise ConnectionError(f"status {buf[:30]!r}")
             live.headers += 1
-            data = buf[buf.find(b"\r\n\r\n") + 4:]
+            data = buf[buf.find(b"\r\n\r\n") + 4 :]
             last = b""
             while True:
                 k = (last + data).count(b"\n\n") - last.count(b"\n\n")
@@ -254,23 +271,36 @@ async def stream_count(proxy_port: int, upstream_port: int, n: int, gap_ms: floa
             writer.transport.abort()
 
 
-async def slot(i: int, port: int, upstream_port: int, args: argparse.Namespace, live: ClientStats, delay_s: float) -> None:
+async def slot(
+    i: int, port: int, upstream_port: int, args: argparse.Namespace, live: ClientStats, delay_s: float
+) -> None:
     """Streams back to back through ``port``."""
     await asyncio.sleep(delay_s)
     body = llm_request_body(i)
     while live.failed <= args.streams:
-        await stream_count(port, upstream_port, args.events, args.gap_ms, body, live,
-                           timeout_s=30 + args.events * args.gap_ms / 1000 * 4)
+        await stream_count(
+            port,
+            upstream_port,
+            args.events,
+            args.gap_ms,
+            body,
+            live,
+            timeout_s=30 + args.events * args.gap_ms / 1000 * 4,
+        )
 
 
-async def measure(ports: list[int], pids: list[int], upstream_port: int, args: argparse.Namespace,
-                  upstream_pid: int) -> dict[str, Any]:
+async def measure(
+    ports: list[int], pids: list[int], upstream_port: int, args: argparse.Namespace, upstream_pid: int
+) -> dict[str, Any]:
     """Runs the slots spread over ``ports`` (slot i -> ports[i % len]); events/s and CPU over the
     window after the warm-up; then cuts the streams."""
     live = ClientStats()
-    tasks = [asyncio.create_task(slot(i, ports[i % len(ports)], upstream_port, args, live,
-                                      args.warm_seconds * 0.5 * i / args.streams))
-             for i in range(args.streams)]
+    tasks = [
+        asyncio.create_task(
+            slot(i, ports[i % len(ports)], upstream_port, args, live, args.warm_seconds * 0.5 * i / args.streams)
+        )
+        for i in range(args.streams)
+    ]
     try:
         await asyncio.sleep(args.warm_seconds)
         ev0, t0 = live.events, time.monotonic()
@@ -287,12 +317,20 @@ async def measure(ports: list[int], pids: list[int], upstream_port: int, args: a
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     dt = t1 - t0
-    return {"events_per_s": (ev1 - ev0) / dt, "window_s": dt, "events": ev1 - ev0,
-            "proxy_cpu_pct": [round((b - a) / dt * 100, 1) for a, b in zip(cpu0, cpu1, strict=True)],
-            "client_cpu_pct": round((me1 - me0) / dt * 100, 1),
-            "upstream_cpu_pct": round((up1 - up0) / dt * 100, 1),
-            "started": live.started, "headers": live.headers, "completed": live.completed, "failed": live.failed, "aborted": live.aborted,
-            "errors": live.errors}
+    return {
+        "events_per_s": (ev1 - ev0) / dt,
+        "window_s": dt,
+        "events": ev1 - ev0,
+        "proxy_cpu_pct": [round((b - a) / dt * 100, 1) for a, b in zip(cpu0, cpu1, strict=True)],
+        "client_cpu_pct": round((me1 - me0) / dt * 100, 1),
+        "upstream_cpu_pct": round((up1 - up0) / dt * 100, 1),
+        "started": live.started,
+        "headers": live.headers,
+        "completed": live.completed,
+        "failed": live.failed,
+        "aborted": live.aborted,
+        "errors": live.errors,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,12 +341,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap-ms", type=float, default=20.0, help="upstream gap between events, ms")
     ap.add_argument("--warm-seconds", type=float, default=3.0, help="ramp before the window")
     ap.add_argument("--window-seconds", type=float, default=12.0, help="measured window per configuration")
-    ap.add_argument("--pg-url", default=os.environ.get("OBSERVER_TEST_PG_URL", DEFAULT_PG_URL),
-                    help="PostgreSQL server (a bench_<random> database is created there and dropped)")
-    ap.add_argument("--via-haproxy", action="store_true",
-                    help="also measure N processes behind haproxy running deploy/haproxy.cfg (needs haproxy)")
-    ap.add_argument("--e2e-upstream", action="store_true",
-                    help="use tests/e2e/upstream.py (CPU-heavy: it caps the load on 2 cores) instead of the light one")
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("OBSERVER_TEST_PG_URL", DEFAULT_PG_URL),
+        help="PostgreSQL server (a bench_<random> database is created there and dropped)",
+    )
+    ap.add_argument(
+        "--via-haproxy",
+        action="store_true",
+        help="also measure N processes behind haproxy running deploy/haproxy.cfg (needs haproxy)",
+    )
+    ap.add_argument(
+        "--e2e-upstream",
+        action="store_true",
+        help="use tests/e2e/upstream.py (CPU-heavy: it caps the load on 2 cores) instead of the light one",
+    )
     ap.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true", help="seconds: 20 streams, 1 s warm-up, 2 s windows")
     ap.add_argument("--json", dest="json_out", help="write the report here")
@@ -323,8 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     report = Report("scaleout", smoke=args.smoke)
     report.details["params"] = {k: v for k, v in vars(args).items() if k not in ("json_out", "pg_url")}
-    report.details["so_reuseport"] = ("not available: mitmproxy 12.3.1 listens with asyncio.start_server(handler, "
-                                      "host, port) without reuse_port (mitmproxy/proxy/mode_servers.py)")
+    report.details["so_reuseport"] = (
+        "not available: mitmproxy 12.3.1 listens with asyncio.start_server(handler, "
+        "host, port) without reuse_port (mitmproxy/proxy/mode_servers.py)"
+    )
     raise_nofile(20000)
     tmp = Path(tempfile.mkdtemp(prefix="bench-scaleout-"))
     procs: list[MitmdumpProcess] = []
@@ -337,8 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         upgrade(pg.url)
         up = (UpstreamProc(tmp) if args.e2e_upstream else LightUpstream(tmp)).start()
         for i in range(args.procs):
-            p = MitmdumpProcess(REPO / "addons" / "llm_audit.py", workdir=str(tmp / f"observer{i}"),
-                                sets={"observer_db": pg.url, "observer_migrate": "false"})
+            p = MitmdumpProcess(
+                REPO / "addons" / "llm_audit.py",
+                workdir=str(tmp / f"observer{i}"),
+                sets={"observer_db": pg.url, "observer_migrate": "false"},
+            )
             procs.append(p)
             p.start(timeout=30)
         results: dict[Any, dict[str, Any]] = {}
@@ -352,9 +404,11 @@ def main(argv: list[str] | None = None) -> int:
             res = asyncio.run(measure(ports, pids, up.http_port, args, up.proc.pid))  # type: ignore[union-attr]
             results[key] = res
             label = f"{args.procs} processes via haproxy" if key == "haproxy" else f"{n} process(es)"
-            print(f"  {label}: {res['events_per_s']:,.0f} events/s, proxy CPU {res['proxy_cpu_pct']} %, "
-                  f"client CPU {res['client_cpu_pct']} %, upstream CPU {res['upstream_cpu_pct']} %, streams completed {res['completed']}, failed {res['failed']}",
-                  flush=True)
+            print(
+                f"  {label}: {res['events_per_s']:,.0f} events/s, proxy CPU {res['proxy_cpu_pct']} %, "
+                f"client CPU {res['client_cpu_pct']} %, upstream CPU {res['upstream_cpu_pct']} %, streams completed {res['completed']}, failed {res['failed']}",
+                flush=True,
+            )
         if hap is not None:
             hap.stop()
         time.sleep(1.0)
@@ -371,29 +425,55 @@ def main(argv: list[str] | None = None) -> int:
         report.details["results"] = results
         report.details["db_rows"] = rows
         one, many = results[1]["events_per_s"], results[args.procs]["events_per_s"]
-        report.add(f"events/s, {args.procs} processes", many, "ev/s", baseline=one,
-                   note="baseline: 1 process; no verdict: client and upstream share the same cores, so N "
-                        "processes cannot get N cores here (the issue sets no ratio)")
-        report.add(f"proxy CPU, {args.procs} processes", sum(results[args.procs]["proxy_cpu_pct"]), "% of a core",
-                   baseline=sum(results[1]["proxy_cpu_pct"]))
+        report.add(
+            f"events/s, {args.procs} processes",
+            many,
+            "ev/s",
+            baseline=one,
+            note="baseline: 1 process; no verdict: client and upstream share the same cores, so N "
+            "processes cannot get N cores here (the issue sets no ratio)",
+        )
+        report.add(
+            f"proxy CPU, {args.procs} processes",
+            sum(results[args.procs]["proxy_cpu_pct"]),
+            "% of a core",
+            baseline=sum(results[1]["proxy_cpu_pct"]),
+        )
         if "haproxy" in results:
-            report.add(f"events/s, {args.procs} processes via haproxy", results["haproxy"]["events_per_s"], "ev/s",
-                       baseline=one, note="deploy/haproxy.cfg (leastconn); haproxy shares the cores too")
-        report.add("proxy CPU per event", sum(results[args.procs]["proxy_cpu_pct"]) * 1e4 / max(many, 1), "µs/ev",
-                   baseline=sum(results[1]["proxy_cpu_pct"]) * 1e4 / max(one, 1))
+            report.add(
+                f"events/s, {args.procs} processes via haproxy",
+                results["haproxy"]["events_per_s"],
+                "ev/s",
+                baseline=one,
+                note="deploy/haproxy.cfg (leastconn); haproxy shares the cores too",
+            )
+        report.add(
+            "proxy CPU per event",
+            sum(results[args.procs]["proxy_cpu_pct"]) * 1e4 / max(many, 1),
+            "µs/ev",
+            baseline=sum(results[1]["proxy_cpu_pct"]) * 1e4 / max(one, 1),
+        )
         total_rows = sum(rows.values())
         # A stream cut while its request was in flight may never reach the addon: between the
         # streams that got their response head and those started.
-        report.add("streams stored in PostgreSQL", total_rows, "rows", baseline=started,
-                   target=f"{headers}..{started} (answered..started)", met=headers <= total_rows <= started)
-        print(f"# stored {total_rows} rows {rows}; client started {started}, answered {headers}, "
-              f"completed {completed}, failed {failed}")
+        report.add(
+            "streams stored in PostgreSQL",
+            total_rows,
+            "rows",
+            baseline=started,
+            target=f"{headers}..{started} (answered..started)",
+            met=headers <= total_rows <= started,
+        )
+        print(
+            f"# stored {total_rows} rows {rows}; client started {started}, answered {headers}, "
+            f"completed {completed}, failed {failed}"
+        )
         ok = failed == 0 and headers <= total_rows <= started and rows.get("completed", 0) >= completed
         if not ok:
-            print(f"ERROR: failed streams or stored rows do not match: "
-                  f"{[r['errors'] for r in results.values()]}")
+            print(f"ERROR: failed streams or stored rows do not match: {[r['errors'] for r in results.values()]}")
     except Exception as exc:  # noqa: BLE001 - could not measure: exit 1 with the reason
         import traceback
+
         traceback.print_exc()
         print(f"ERROR: could not measure: {exc!r}")
         for p in procs:

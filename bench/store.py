@@ -66,8 +66,28 @@ TARGET_PG_RPS = 2000.0
 TARGET_SUBMIT_MAX_US = 1000.0
 BATCH = 500  # RecordWriter's default batch_max
 
-_WORDS = ("the", "model", "stream", "token", "weather", "Vienna", "sunny", "audit", "proxy", "record",
-          "compliance", "event", "delta", "request", "usage", "response", "tool", "call", "and", "of")
+_WORDS = (
+    "the",
+    "model",
+    "stream",
+    "token",
+    "weather",
+    "Vienna",
+    "sunny",
+    "audit",
+    "proxy",
+    "record",
+    "compliance",
+    "event",
+    "delta",
+    "request",
+    "usage",
+    "response",
+    "tool",
+    "call",
+    "and",
+    "of",
+)
 
 
 _POOL: list[str] = []
@@ -81,7 +101,7 @@ def _prose(rng: random.Random, n_bytes: int) -> str:
         _POOL.append(" ".join(r.choice(_WORDS) for _ in range(40000)))
     pool = _POOL[0]
     start = rng.randrange(0, len(pool) - n_bytes)
-    return pool[start:start + n_bytes]
+    return pool[start : start + n_bytes]
 
 
 def make_records(n: int, seed: int = 1) -> list[Exchange]:
@@ -89,9 +109,14 @@ def make_records(n: int, seed: int = 1) -> list[Exchange]:
     docstring); ids are fresh UUIDs, times aware UTC."""
     rng = random.Random(seed)
     t0 = datetime.now(timezone.utc)
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city.",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                            "required": ["city"]}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
     records = []
     for i in range(n):
         req_bytes = rng.randint(2000, 8000)
@@ -101,38 +126,52 @@ def make_records(n: int, seed: int = 1) -> list[Exchange]:
             msgs.append({"role": "user" if k % 2 == 0 else "assistant", "content": _prose(rng, req_bytes // n_msgs)})
         text = _prose(rng, rng.randint(1500, 4000))
         started = t0 + timedelta(milliseconds=i)
-        violations = [Violation(kind="seq_gap", seq=rng.randint(1, 300), detail="expected 41, got 43")] if i % 5 == 0 else []
-        records.append(Exchange(
-            id=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-            dialect="openai-chat",
-            host="api.openai.com",
-            port=443,
-            scheme="https",
-            path="/v1/chat/completions",
-            method="POST",
-            http_version="HTTP/1.1",
-            status_code=200,
-            started_at=started,
-            ended_at=started + timedelta(seconds=6),
-            ttft_s=0.35,
-            request_id=f"chatcmpl-{i:08d}",
-            request=RequestFacts(
-                version=None, stream=True, model="gpt-4o-mini", messages=msgs, tools=[tool],
-                parameters={"temperature": 0.7, "max_tokens": 1024}, metadata={"session_id": f"s{i % 97}"},
-                body_bytes=req_bytes + 600, tool_names=["get_weather"], end_user=f"user-{i % 50}",
-            ),
-            model="gpt-4o-mini-2024-07-18",
-            blocks=[Block(index=0, type="text", text=text, stop_reason="tool_use")],
-            tool_calls=[ToolCall(index=0, id=f"call_{i:012d}", name="get_weather", arguments='{"city":"Vienna"}',
-                                 declared=True)],
-            usage=Usage(input_tokens=req_bytes // 4, output_tokens=len(text) // 4 + 12, reported=True),
-            stop_reason="tool_use",
-            stop_reason_raw="tool_calls",
-            outcome="completed",
-            violations=violations,
-            response_bytes=300 * 310,
-            events=304,
-        ))
+        violations = (
+            [Violation(kind="seq_gap", seq=rng.randint(1, 300), detail="expected 41, got 43")] if i % 5 == 0 else []
+        )
+        records.append(
+            Exchange(
+                id=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                dialect="openai-chat",
+                host="api.openai.com",
+                port=443,
+                scheme="https",
+                path="/v1/chat/completions",
+                method="POST",
+                http_version="HTTP/1.1",
+                status_code=200,
+                started_at=started,
+                ended_at=started + timedelta(seconds=6),
+                ttft_s=0.35,
+                request_id=f"chatcmpl-{i:08d}",
+                request=RequestFacts(
+                    version=None,
+                    stream=True,
+                    model="gpt-4o-mini",
+                    messages=msgs,
+                    tools=[tool],
+                    parameters={"temperature": 0.7, "max_tokens": 1024},
+                    metadata={"session_id": f"s{i % 97}"},
+                    body_bytes=req_bytes + 600,
+                    tool_names=["get_weather"],
+                    end_user=f"user-{i % 50}",
+                ),
+                model="gpt-4o-mini-2024-07-18",
+                blocks=[Block(index=0, type="text", text=text, stop_reason="tool_use")],
+                tool_calls=[
+                    ToolCall(
+                        index=0, id=f"call_{i:012d}", name="get_weather", arguments='{"city":"Vienna"}', declared=True
+                    )
+                ],
+                usage=Usage(input_tokens=req_bytes // 4, output_tokens=len(text) // 4 + 12, reported=True),
+                stop_reason="tool_use",
+                stop_reason_raw="tool_calls",
+                outcome="completed",
+                violations=violations,
+                response_bytes=300 * 310,
+                events=304,
+            )
+        )
     return records
 
 
@@ -147,8 +186,9 @@ class PgDatabase:
     def __init__(self, admin_url: str) -> None:
         self.admin_url = admin_url
         self.name = f"bench_{uuid.uuid4().hex[:12]}"
-        self._admin = sa.create_engine(admin_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT",
-                                       connect_args={"connect_timeout": 3})
+        self._admin = sa.create_engine(
+            admin_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}
+        )
         with self._admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{self.name}"'))
         self.url = make_url(admin_url).set(database=self.name).render_as_string(hide_password=False)
@@ -159,13 +199,21 @@ class PgDatabase:
         with eng.begin() as conn:
             conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
         eng.dispose()
-        return make_url(self.url).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
-            hide_password=False)
+        return (
+            make_url(self.url)
+            .update_query_dict({"options": f"-csearch_path={schema}"})
+            .render_as_string(hide_password=False)
+        )
 
     def drop(self) -> None:
         with self._admin.connect() as conn:
-            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                 "WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": self.name})
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :d AND pid <> pg_backend_pid()"
+                ),
+                {"d": self.name},
+            )
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.name}"'))
         self._admin.dispose()
 
@@ -188,7 +236,7 @@ def run_direct(url: str, records: list[Exchange]) -> dict[str, Any]:
         rest = records[1:]
         t0 = time.perf_counter()
         for i in range(0, len(rest), BATCH):
-            store.write_many(rest[i:i + BATCH])
+            store.write_many(rest[i : i + BATCH])
         dt = time.perf_counter() - t0
         rows = _count(store)
     finally:
@@ -228,10 +276,16 @@ def run_writer(url: str, records: list[Exchange], queue_max: int = 10000) -> dic
         rows = _count(store)
         lat_us = [x / 1000 for x in lat_ns]
         result = {
-            "seconds": dt, "rps": len(rest) / dt, "submit_seconds": t_submitted, "rows": rows,
-            "expected_rows": len(records), "stats": writer.stats(),
-            "submit_p50_us": percentile(lat_us, 50), "submit_p99_us": percentile(lat_us, 99),
-            "submit_p999_us": percentile(lat_us, 99.9), "submit_max_us": max(lat_us),
+            "seconds": dt,
+            "rps": len(rest) / dt,
+            "submit_seconds": t_submitted,
+            "rows": rows,
+            "expected_rows": len(records),
+            "stats": writer.stats(),
+            "submit_p50_us": percentile(lat_us, 50),
+            "submit_p99_us": percentile(lat_us, 99),
+            "submit_p999_us": percentile(lat_us, 99.9),
+            "submit_max_us": max(lat_us),
             "submits_over_1ms": sum(1 for x in lat_us if x > 1000),
         }
     finally:
@@ -275,10 +329,18 @@ def run_paced(url: str, records: list[Exchange], rate: float) -> dict[str, Any]:
     sub = [x / 1000 for x in sub_ns]
     noop = [x / 1000 for x in noop_ns]
     return {
-        "rate": rate, "n": len(records), "rows": rows, "stats": writer.stats(),
-        "submit_p50_us": percentile(sub, 50), "submit_p99_us": percentile(sub, 99), "submit_max_us": max(sub),
-        "noop_p50_us": percentile(noop, 50), "noop_p99_us": percentile(noop, 99), "noop_max_us": max(noop),
-        "submits_over_1ms": sum(1 for x in sub if x > 1000), "noops_over_1ms": sum(1 for x in noop if x > 1000),
+        "rate": rate,
+        "n": len(records),
+        "rows": rows,
+        "stats": writer.stats(),
+        "submit_p50_us": percentile(sub, 50),
+        "submit_p99_us": percentile(sub, 99),
+        "submit_max_us": max(sub),
+        "noop_p50_us": percentile(noop, 50),
+        "noop_p99_us": percentile(noop, 99),
+        "noop_max_us": max(noop),
+        "submits_over_1ms": sum(1 for x in sub if x > 1000),
+        "noops_over_1ms": sum(1 for x in noop if x > 1000),
     }
 
 
@@ -321,8 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paced-rate", type=float, default=2000.0, help="records/s of the paced submit-latency run")
     ap.add_argument("--paced-seconds", type=float, default=1.5, help="length of the paced run")
     ap.add_argument("--idle-seconds", type=float, default=10.0, help="idle writer measurement length")
-    ap.add_argument("--pg-url", default=os.environ.get("OBSERVER_TEST_PG_URL", DEFAULT_PG_URL),
-                    help="PostgreSQL server (a bench_<random> database is created there and dropped)")
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("OBSERVER_TEST_PG_URL", DEFAULT_PG_URL),
+        help="PostgreSQL server (a bench_<random> database is created there and dropped)",
+    )
     ap.add_argument("--no-pg", action="store_true", help="SQLite only")
     ap.add_argument("--smoke", action="store_true", help="seconds: 600 records, 1 s idle")
     ap.add_argument("--json", dest="json_out", help="write the report here")
@@ -339,10 +404,13 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         n_paced = int(args.paced_rate * args.paced_seconds)
         all_records = make_records(args.records + n_paced)
-        records, paced_records = all_records[:args.records], all_records[args.records:]
+        records, paced_records = all_records[: args.records], all_records[args.records :]
         sizes = [len(str(r.request.messages)) + len(r.text) for r in records[:200]]
-        report.details["records"] = {"n": len(records), "build_seconds": round(time.perf_counter() - t, 2),
-                                     "approx_payload_bytes_mean": sum(sizes) // len(sizes)}
+        report.details["records"] = {
+            "n": len(records),
+            "build_seconds": round(time.perf_counter() - t, 2),
+            "approx_payload_bytes_mean": sum(sizes) // len(sizes),
+        }
         print(f"# {len(records)} records, ~{sum(sizes) // len(sizes)} bytes of request+text each", flush=True)
 
         def urls(kind: str) -> list[str]:
@@ -375,65 +443,128 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     vias.append(run_writer(url_writer, records))
                     directs.append(run_direct(url_direct, records))
-            direct = {"rps": sum(len(records) - 1 for _ in directs) / sum(d["seconds"] for d in directs),
-                      "rounds_rps": [round(d["rps"]) for d in directs],
-                      "rows": sum(d["rows"] for d in directs), "expected_rows": sum(d["expected_rows"] for d in directs)}
+            direct = {
+                "rps": sum(len(records) - 1 for _ in directs) / sum(d["seconds"] for d in directs),
+                "rounds_rps": [round(d["rps"]) for d in directs],
+                "rows": sum(d["rows"] for d in directs),
+                "expected_rows": sum(d["expected_rows"] for d in directs),
+            }
             via = dict(vias[-1])
-            via.update(rps=sum(len(records) - 1 for _ in vias) / sum(v["seconds"] for v in vias),
-                       rounds_rps=[round(v["rps"]) for v in vias],
-                       rows=sum(v["rows"] for v in vias), expected_rows=sum(v["expected_rows"] for v in vias),
-                       submit_p50_us=max(v["submit_p50_us"] for v in vias),
-                       submit_p99_us=max(v["submit_p99_us"] for v in vias),
-                       submit_max_us=max(v["submit_max_us"] for v in vias),
-                       submits_over_1ms=sum(v["submits_over_1ms"] for v in vias))
+            via.update(
+                rps=sum(len(records) - 1 for _ in vias) / sum(v["seconds"] for v in vias),
+                rounds_rps=[round(v["rps"]) for v in vias],
+                rows=sum(v["rows"] for v in vias),
+                expected_rows=sum(v["expected_rows"] for v in vias),
+                submit_p50_us=max(v["submit_p50_us"] for v in vias),
+                submit_p99_us=max(v["submit_p99_us"] for v in vias),
+                submit_max_us=max(v["submit_max_us"] for v in vias),
+                submits_over_1ms=sum(v["submits_over_1ms"] for v in vias),
+            )
             via["stats"] = dict(via["stats"], dropped=sum(v["stats"]["dropped"] for v in vias))
             url_writer = url_list[-1]
             paced = run_paced(url_writer, paced_records, args.paced_rate)
-            report.details[name] = {"direct": direct, "writer": via, "paced": paced,
-                                    "rounds": {"direct": directs, "writer": vias}}
+            report.details[name] = {
+                "direct": direct,
+                "writer": via,
+                "paced": paced,
+                "rounds": {"direct": directs, "writer": vias},
+            }
             if paced["rows"] != len(records) + len(paced_records) or paced["stats"]["dropped"]:
                 ok = False
                 print(f"ERROR {name}: paced run stored {paced['rows']} rows in all, stats {paced['stats']}")
-            print(f"  {name}: direct {direct['rps']:,.0f} rec/s, writer {via['rps']:,.0f} rec/s, "
-                  f"stats {via['stats']}", flush=True)
+            print(
+                f"  {name}: direct {direct['rps']:,.0f} rec/s, writer {via['rps']:,.0f} rec/s, stats {via['stats']}",
+                flush=True,
+            )
             for res in (direct, via):
                 if res["rows"] != res["expected_rows"]:
                     ok = False
                     print(f"ERROR {name}: {res['rows']} rows stored, expected {res['expected_rows']}")
-            report.add(f"{name} records/s via writer", via["rps"], "rec/s", baseline=direct["rps"],
-                       target=f">= {target:,.0f}/s", met=via["rps"] >= target,
-                       note="baseline: AuditStore.write_many batches of 500 on the same records")
+            report.add(
+                f"{name} records/s via writer",
+                via["rps"],
+                "rec/s",
+                baseline=direct["rps"],
+                target=f">= {target:,.0f}/s",
+                met=via["rps"] >= target,
+                note="baseline: AuditStore.write_many batches of 500 on the same records",
+            )
             report.add(f"{name} submit p50", via["submit_p50_us"], "µs")
-            report.add(f"{name} submit p99", via["submit_p99_us"], "µs", target="< 1000 µs",
-                       met=via["submit_p99_us"] < TARGET_SUBMIT_MAX_US)
-            report.add(f"{name} submit max", via["submit_max_us"], "µs", target="< 1000 µs",
-                       met=via["submit_max_us"] < TARGET_SUBMIT_MAX_US,
-                       note=f"{via['submits_over_1ms']} submits over 1 ms")
-            report.add(f"{name} records dropped", via["stats"]["dropped"], "records", target="= 0",
-                       met=via["stats"]["dropped"] == 0)
+            report.add(
+                f"{name} submit p99",
+                via["submit_p99_us"],
+                "µs",
+                target="< 1000 µs",
+                met=via["submit_p99_us"] < TARGET_SUBMIT_MAX_US,
+            )
+            report.add(
+                f"{name} submit max",
+                via["submit_max_us"],
+                "µs",
+                target="< 1000 µs",
+                met=via["submit_max_us"] < TARGET_SUBMIT_MAX_US,
+                note=f"{via['submits_over_1ms']} submits over 1 ms",
+            )
+            report.add(
+                f"{name} records dropped",
+                via["stats"]["dropped"],
+                "records",
+                target="= 0",
+                met=via["stats"]["dropped"] == 0,
+            )
             pr = f"{args.paced_rate:g}/s"
-            report.add(f"{name} paced {pr} submit p99", paced["submit_p99_us"], "µs", baseline=paced["noop_p99_us"],
-                       target="< 1000 µs", met=paced["submit_p99_us"] < TARGET_SUBMIT_MAX_US,
-                       note="baseline: a no-op call timed the same way in the same thread")
-            report.add(f"{name} paced {pr} submit max", paced["submit_max_us"], "µs", baseline=paced["noop_max_us"],
-                       target="< 1000 µs", met=paced["submit_max_us"] < TARGET_SUBMIT_MAX_US,
-                       note=f"{paced['submits_over_1ms']} submits / {paced['noops_over_1ms']} no-ops over 1 ms "
-                            "(GIL waits behind the writer thread)")
-            report.add(f"{name} paced records dropped", paced["stats"]["dropped"], "records", target="= 0",
-                       met=paced["stats"]["dropped"] == 0)
+            report.add(
+                f"{name} paced {pr} submit p99",
+                paced["submit_p99_us"],
+                "µs",
+                baseline=paced["noop_p99_us"],
+                target="< 1000 µs",
+                met=paced["submit_p99_us"] < TARGET_SUBMIT_MAX_US,
+                note="baseline: a no-op call timed the same way in the same thread",
+            )
+            report.add(
+                f"{name} paced {pr} submit max",
+                paced["submit_max_us"],
+                "µs",
+                baseline=paced["noop_max_us"],
+                target="< 1000 µs",
+                met=paced["submit_max_us"] < TARGET_SUBMIT_MAX_US,
+                note=f"{paced['submits_over_1ms']} submits / {paced['noops_over_1ms']} no-ops over 1 ms "
+                "(GIL waits behind the writer thread)",
+            )
+            report.add(
+                f"{name} paced records dropped",
+                paced["stats"]["dropped"],
+                "records",
+                target="= 0",
+                met=paced["stats"]["dropped"] == 0,
+            )
             idle_url = url_writer
             print(f"  {name}: rounds direct {direct['rounds_rps']} rec/s, writer {via['rounds_rps']} rec/s", flush=True)
 
         idle = run_idle(idle_url, args.idle_seconds)
         report.details["idle_writer"] = idle
-        report.add("idle writer CPU", idle["cpu_s"] * 1000, f"ms/{args.idle_seconds:g} s", target="~0",
-                   met=idle["cpu_s"] < 0.001 * args.idle_seconds)
-        report.add("idle writer wake-ups", idle["wakeups"], f"per {args.idle_seconds:g} s", target="<= 1",
-                   met=idle["wakeups"] <= 1, note="voluntary context switches of the writer thread")
-        report.add("writer close() when idle", idle["close_s"] * 1000, "ms", target="< 100 ms",
-                   met=idle["close_s"] < 0.1)
+        report.add(
+            "idle writer CPU",
+            idle["cpu_s"] * 1000,
+            f"ms/{args.idle_seconds:g} s",
+            target="~0",
+            met=idle["cpu_s"] < 0.001 * args.idle_seconds,
+        )
+        report.add(
+            "idle writer wake-ups",
+            idle["wakeups"],
+            f"per {args.idle_seconds:g} s",
+            target="<= 1",
+            met=idle["wakeups"] <= 1,
+            note="voluntary context switches of the writer thread",
+        )
+        report.add(
+            "writer close() when idle", idle["close_s"] * 1000, "ms", target="< 100 ms", met=idle["close_s"] < 0.1
+        )
     except Exception as exc:  # noqa: BLE001 - a bench that cannot measure exits 1 with the reason
         import traceback
+
         traceback.print_exc()
         print(f"ERROR: could not measure: {exc!r}")
         ok = False

@@ -27,7 +27,8 @@ db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 DbOpt = Annotated[
-    str | None, typer.Option("--db", help="SQLAlchemy URL of the audit store (env OBSERVER_DB; default sqlite:///observer.db).")
+    str | None,
+    typer.Option("--db", help="SQLAlchemy URL of the audit store (env OBSERVER_DB; default sqlite:///observer.db)."),
 ]
 
 
@@ -42,15 +43,24 @@ def _with_setting_flags(command: Callable[..., None]) -> Callable[..., None]:
     (``{name: value}``, ``None``: not given)."""
     own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "flags"]
     extra = [
-        inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
-            spec.kind | None,
-            typer.Option(spec.flag + (f"/--no-{spec.flag[2:]}" if spec.kind is bool else ""),
-                         help=f"{spec.help} [{spec.env}; default {spec.default_text()}"
-                         f"{'; ' + spec.range_text() if spec.kind is int else ''}]", show_default=False,
-                         rich_help_panel="Settings (also OBSERVER_<NAME>, observer.toml)"),
-        ])
-        for spec in SPECS.values() if spec.flag is not None
-    ]  # fmt: skip
+        inspect.Parameter(
+            spec.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                spec.kind | None,
+                typer.Option(
+                    spec.flag + (f"/--no-{spec.flag[2:]}" if spec.kind is bool else ""),
+                    help=f"{spec.help} [{spec.env}; default {spec.default_text()}"
+                    f"{'; ' + spec.range_text() if spec.kind is int else ''}]",
+                    show_default=False,
+                    rich_help_panel="Settings (also OBSERVER_<NAME>, observer.toml)",
+                ),
+            ],
+        )
+        for spec in SPECS.values()
+        if spec.flag is not None
+    ]
 
     def wrapper(**kwargs: Any) -> None:
         flags = {name: kwargs.pop(name) for name in list(kwargs) if name in SPECS}

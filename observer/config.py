@@ -47,8 +47,9 @@ OLD_OPTIONS = {"observer_spool": "spool_path"}
 MAX_WORKER_BUFFER_MB = 4096  # the data waiting for the worker is held in the proxy's memory
 
 
-def _setting(default: Any, help: str, *, unit: str, proxy: bool = False, secret: bool = False, form: str = "",
-             **limits: Any) -> Any:  # fmt: skip
+def _setting(
+    default: Any, help: str, *, unit: str, proxy: bool = False, secret: bool = False, form: str = "", **limits: Any
+) -> Any:
     """One setting's declaration: a pydantic ``Field`` with its unit and where it reaches.
 
     ``proxy``: also the mitmproxy option ``observer_<name>``; ``secret``: no command-line flag
@@ -73,22 +74,33 @@ class Settings(BaseSettings):
 
     # ----- the store -----
     db: str = _setting(
-        DEFAULT_DB, "SQLAlchemy URL of the audit store (e.g. postgresql+psycopg://user@host/db).",
-        unit="URL", proxy=True, min_length=1,
-    )  # fmt: skip
+        DEFAULT_DB,
+        "SQLAlchemy URL of the audit store (e.g. postgresql+psycopg://user@host/db).",
+        unit="URL",
+        proxy=True,
+        min_length=1,
+    )
     migrate: bool = _setting(
-        True, "Migrate the store's schema to the newest version at start-up (observer run does it before starting"
-        " the proxy); false: the schema must already be current.", unit="flag", proxy=True,
-    )  # fmt: skip
+        True,
+        "Migrate the store's schema to the newest version at start-up (observer run does it before starting"
+        " the proxy); false: the schema must already be current.",
+        unit="flag",
+        proxy=True,
+    )
     spool_path: Path | None = _setting(
-        None, "File that keeps records while the database is unreachable, replayed in order when it returns."
+        None,
+        "File that keeps records while the database is unreachable, replayed in order when it returns."
         " Unset: DATA_DIR/spool.jsonl under observer run, none under mitmdump.",
-        unit="path", proxy=True,
-    )  # fmt: skip
+        unit="path",
+        proxy=True,
+    )
     queue_max: int = _setting(
-        10000, "Records waiting for the database; beyond it new records are dropped and counted (logged).",
-        unit="records", proxy=True, ge=1,
-    )  # fmt: skip
+        10000,
+        "Records waiting for the database; beyond it new records are dropped and counted (logged).",
+        unit="records",
+        proxy=True,
+        ge=1,
+    )
     # ----- observer run: where it listens, what it keeps -----
     data_dir: Path = _setting(Path(".observer"), "Folder of the generated API token and the mitmproxy CA.", unit="path")
     confdir: Path | None = _setting(None, "mitmproxy confdir (its CA files). Unset: DATA_DIR/mitmproxy.", unit="path")
@@ -97,13 +109,13 @@ class Settings(BaseSettings):
     api_host: str = _setting("127.0.0.1", "Address the query API binds.", unit="address", min_length=1)
     api_port: int = _setting(8081, "Port of the query API (0: any free port).", unit="port", ge=0, le=65535)
     api_token: str | None = _setting(
-        None, "Bearer token of the query API. Unset: generated once, printed once, kept in DATA_DIR/api-token.",
-        unit="secret", secret=True,
-    )  # fmt: skip
-    # ----- per-stream limits (observer.limits.Limits); going over one is recorded, never silent -----
-    max_event_bytes: int = _limit(
-        1 << 20, "Largest event parsed; a larger one is skipped: oversize_event.", "bytes"
+        None,
+        "Bearer token of the query API. Unset: generated once, printed once, kept in DATA_DIR/api-token.",
+        unit="secret",
+        secret=True,
     )
+    # ----- per-stream limits (observer.limits.Limits); going over one is recorded, never silent -----
+    max_event_bytes: int = _limit(1 << 20, "Largest event parsed; a larger one is skipped: oversize_event.", "bytes")
     max_stream_text_chars: int = _limit(
         8 << 20, "Generated text and tool arguments kept per stream; further text is dropped: oversize_stream.", "chars"
     )
@@ -133,34 +145,58 @@ class Settings(BaseSettings):
     )
     # ----- the worker process and the batching of chunks -----
     worker: bool = _setting(
-        True, "Parse streams in a worker process (python -m observer.capture.worker), off the proxy's thread;"
-        " false: in the proxy process.", unit="flag", proxy=True,
-    )  # fmt: skip
+        True,
+        "Parse streams in a worker process (python -m observer.capture.worker), off the proxy's thread;"
+        " false: in the proxy process.",
+        unit="flag",
+        proxy=True,
+    )
     worker_nice: int = _setting(
-        0, "Added to the worker's scheduling niceness: higher lets the proxy's forwarding go first on a busy machine.",
-        unit="niceness", proxy=True, ge=0, le=19,
-    )  # fmt: skip
+        0,
+        "Added to the worker's scheduling niceness: higher lets the proxy's forwarding go first on a busy machine.",
+        unit="niceness",
+        proxy=True,
+        ge=0,
+        le=19,
+    )
     worker_buffer_mb: int = _setting(
-        64, "Stream data waiting for the worker, held in the proxy's memory; a flow that would pass it is no longer"
-        " observed: observer_error.", unit="MiB", proxy=True, ge=1, le=MAX_WORKER_BUFFER_MB,
-    )  # fmt: skip
+        64,
+        "Stream data waiting for the worker, held in the proxy's memory; a flow that would pass it is no longer"
+        " observed: observer_error.",
+        unit="MiB",
+        proxy=True,
+        ge=1,
+        le=MAX_WORKER_BUFFER_MB,
+    )
     tap_batch_ms: int = _setting(
-        50, "How often queued chunks are handed to the worker or parsed (0: per chunk); the client never waits.",
-        unit="ms", proxy=True, ge=0,
-    )  # fmt: skip
+        50,
+        "How often queued chunks are handed to the worker or parsed (0: per chunk); the client never waits.",
+        unit="ms",
+        proxy=True,
+        ge=0,
+    )
     tap_slice_us: int = _setting(
-        500, "Most parsing one batch callback does in the proxy process before the proxy's I/O runs again"
-        " (0: no limit).", unit="µs", proxy=True, ge=0,
-    )  # fmt: skip
+        500,
+        "Most parsing one batch callback does in the proxy process before the proxy's I/O runs again (0: no limit).",
+        unit="µs",
+        proxy=True,
+        ge=0,
+    )
     gc_freeze: bool = _setting(
-        True, "At start-up, exempt the start-up heap from full garbage collections (gc.freeze: shorter pauses).",
-        unit="flag", proxy=True,
-    )  # fmt: skip
+        True,
+        "At start-up, exempt the start-up heap from full garbage collections (gc.freeze: shorter pauses).",
+        unit="flag",
+        proxy=True,
+    )
     dialect_registry: str = _setting(
-        DEFAULT_REGISTRY, "The dialect registry, as package.module:function returning a DialectRegistry; the"
+        DEFAULT_REGISTRY,
+        "The dialect registry, as package.module:function returning a DialectRegistry; the"
         " proxy and its worker process both build their dialects from it.",
-        unit="import name", proxy=True, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", form="package.module:function",
-    )  # fmt: skip
+        unit="import name",
+        proxy=True,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        form="package.module:function",
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -299,11 +335,19 @@ def _spec(name: str, field: Any) -> SettingSpec:
     kinds = [a for a in members if a is not type(None)]
     bounds = {k: getattr(m, k) for m in field.metadata for k in ("ge", "le", "min_length") if hasattr(m, k)}
     return SettingSpec(
-        name=name, kind=kinds[0], optional=len(kinds) < len(members), default=field.default,
-        ge=bounds.get("ge"), le=bounds.get("le"), nonempty=bool(bounds.get("min_length")),
-        help=field.description or "", unit=extra.get("unit", ""), proxy=bool(extra.get("proxy")),
-        secret=bool(extra.get("secret")), form=str(extra.get("form", "")),
-    )  # fmt: skip
+        name=name,
+        kind=kinds[0],
+        optional=len(kinds) < len(members),
+        default=field.default,
+        ge=bounds.get("ge"),
+        le=bounds.get("le"),
+        nonempty=bool(bounds.get("min_length")),
+        help=field.description or "",
+        unit=extra.get("unit", ""),
+        proxy=bool(extra.get("proxy")),
+        secret=bool(extra.get("secret")),
+        form=str(extra.get("form", "")),
+    )
 
 
 SPECS: dict[str, SettingSpec] = {name: _spec(name, f) for name, f in Settings.model_fields.items()}
@@ -368,10 +412,12 @@ def check_environment(environ: Mapping[str, str]) -> None:
     with the nearest setting's variable. ``OBSERVER_CONFIG`` and ``OBSERVER_TEST_*`` are allowed."""
     known = [spec.env for spec in SPECS.values()]
     unknown = [
-        k for k in environ
-        if k.upper().startswith(ENV_PREFIX) and k.upper() not in (*known, *NOT_SETTINGS_ENV)
+        k
+        for k in environ
+        if k.upper().startswith(ENV_PREFIX)
+        and k.upper() not in (*known, *NOT_SETTINGS_ENV)
         and not k.upper().startswith(RESERVED_ENV_PREFIX)
-    ]  # fmt: skip
+    ]
     if unknown:
         raise ConfigError("; ".join(f"{k} is not a setting{did_you_mean(k.upper(), known)}" for k in sorted(unknown)))
 

@@ -311,9 +311,7 @@ class Reassembler:
         declared = ev.name is not None and ev.name in self._declared
         name = clip(ev.name, MAX_NAME_CHARS)
         if not declared:
-            self.violation(
-                Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, _undeclared_detail(name))
-            )
+            self.violation(Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, _undeclared_detail(name)))
         if len(self._tool_calls) < self._limits.max_tool_calls:
             call = ToolCall(ev.index, clip(ev.id, MAX_NAME_CHARS), name, self._take(ev.arguments), declared)
             self._tool_calls.append(call)
@@ -328,7 +326,13 @@ class Reassembler:
         which the caller makes first (:attr:`ended` must be false). For the dialects' fast
         lanes (``StreamAdapter.fast``). Non-empty ``arguments`` continuing the fragment run (same
         key, index, id and name; ``seq`` is only read when a call opens) join the run."""
-        if arguments and key == self._run_key and index == self._run_fi and id == self._run_fid and name == self._run_fname:
+        if (
+            arguments
+            and key == self._run_key
+            and index == self._run_fi
+            and id == self._run_fid
+            and name == self._run_fname
+        ):
             run = self._run
             run.append(arguments)
             if len(run) >= _RUN_MAX:
@@ -420,9 +424,7 @@ class Reassembler:
             call.arguments = "".join(parts)
             call.declared = call.name is not None and call.name in self._declared
             if not call.declared:
-                self.violation(
-                    Violation(ViolationKind.UNDECLARED_TOOL, seq, _undeclared_detail(call.name))
-                )
+                self.violation(Violation(ViolationKind.UNDECLARED_TOOL, seq, _undeclared_detail(call.name)))
         self._fragments = {}
         exchange.tool_calls = list(self._tool_calls)
         exchange.usage = self._usage
@@ -494,4 +496,3 @@ def _type_name(ev: CanonicalEvent) -> str:
         ErrorEvent: "error",
         StreamEnd: "stream.end",
     }[type(ev)]
-

@@ -53,30 +53,136 @@ _WORD_SPLIT = re.compile(r"[-_.]")
 #: Parts that make a body field name a credential wherever they occur in it (the name NFKC-
 #: normalised, lower-cased, only letters and digits kept: ``db_password`` -> ``dbpassword``).
 SECRET_FIELD_PARTS = (
-    "secret", "password", "passwd", "passphrase", "credential", "apikey", "privatekey", "accesskey",
-    "authorization", "cookie", "bearer", "connectionstring", "passcode",
-)  # fmt: skip
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "credential",
+    "apikey",
+    "privatekey",
+    "accesskey",
+    "authorization",
+    "cookie",
+    "bearer",
+    "connectionstring",
+    "passcode",
+)
 #: Whole words (split at non-alphanumerics and camelCase humps) that make a name a credential.
 SECRET_FIELD_WORDS = frozenset({"pwd", "pass", "jwt", "pat", "sas", "otp", "dsn"})
 #: A last word that names something *about* a credential, not the credential (``password_hint``,
 #: ``credential_id``, ``secret_name``, ``token_type``): such names are kept.
 ABOUT_WORDS = frozenset(
-    {"id", "ids", "name", "names", "type", "types", "provider", "method", "mode", "hint", "issuer", "style", "enabled",
-     "required", "expiry", "expires", "ttl", "length", "count", "version", "format", "policy", "scope", "scopes",
-     "url", "uri", "path", "file", "ref", "arn"}
-)  # fmt: skip
+    {
+        "id",
+        "ids",
+        "name",
+        "names",
+        "type",
+        "types",
+        "provider",
+        "method",
+        "mode",
+        "hint",
+        "issuer",
+        "style",
+        "enabled",
+        "required",
+        "expiry",
+        "expires",
+        "ttl",
+        "length",
+        "count",
+        "version",
+        "format",
+        "policy",
+        "scope",
+        "scopes",
+        "url",
+        "uri",
+        "path",
+        "file",
+        "ref",
+        "arn",
+    }
+)
 #: Words before a final ``token`` that make it a vocabulary or paging token, not a credential.
 VOCAB_WORDS = frozenset(
-    {"stop", "eos", "bos", "pad", "unk", "sep", "cls", "mask", "start", "end", "image", "audio", "video", "forced",
-     "special", "page", "continuation", "max", "min", "first", "last", "next", "prev", "previous", "decoder"}
-)  # fmt: skip
+    {
+        "stop",
+        "eos",
+        "bos",
+        "pad",
+        "unk",
+        "sep",
+        "cls",
+        "mask",
+        "start",
+        "end",
+        "image",
+        "audio",
+        "video",
+        "forced",
+        "special",
+        "page",
+        "continuation",
+        "max",
+        "min",
+        "first",
+        "last",
+        "next",
+        "prev",
+        "previous",
+        "decoder",
+    }
+)
 #: Words before a final ``key`` that make it a lookup key, not a credential (``prompt_cache_key``).
 LOOKUP_WORDS = frozenset(
-    {"cache", "idempotency", "sort", "partition", "routing", "group", "dedup", "dedupe", "deduplication", "primary",
-     "foreign", "lookup", "conversation", "thread", "trace", "correlation", "object", "hash", "range", "message",
-     "event", "state", "hot", "shortcut", "unique", "template", "prompt", "lora", "adapter", "model", "feature",
-     "experiment", "variant", "cohort", "flag", "item", "entry", "map", "dict", "row", "column", "field", "sorting"}
-)  # fmt: skip
+    {
+        "cache",
+        "idempotency",
+        "sort",
+        "partition",
+        "routing",
+        "group",
+        "dedup",
+        "dedupe",
+        "deduplication",
+        "primary",
+        "foreign",
+        "lookup",
+        "conversation",
+        "thread",
+        "trace",
+        "correlation",
+        "object",
+        "hash",
+        "range",
+        "message",
+        "event",
+        "state",
+        "hot",
+        "shortcut",
+        "unique",
+        "template",
+        "prompt",
+        "lora",
+        "adapter",
+        "model",
+        "feature",
+        "experiment",
+        "variant",
+        "cohort",
+        "flag",
+        "item",
+        "entry",
+        "map",
+        "dict",
+        "row",
+        "column",
+        "field",
+        "sorting",
+    }
+)
 #: Trailing words dropped before the ``key``/``token`` tests (``openai_key_1``, ``api_token_v2``,
 #: ``token_value``).
 _SUFFIX_WORDS = frozenset({"value", "val", "str", "string"})
@@ -86,9 +192,17 @@ _TOKEN_KINDS = frozenset({"access", "refresh", "id", "auth", "session", "bearer"
 #: an object that is a schema (one of ``_SCHEMA_MARKS``); a name there is a field name only if its value is
 #: not a schema (a string or number is tested as usual).
 SCHEMA_NAME_MAPS = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "defs", "dependentSchemas", "dependentRequired",
-     "dependencies"}
-)  # fmt: skip
+    {
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "defs",
+        "dependentSchemas",
+        "dependentRequired",
+        "dependencies",
+    }
+)
 _SCHEMA_MARKS = frozenset({"type", "$ref", "$schema", "anyOf", "oneOf", "allOf", "items", "required", "enum"})
 #: Strings that are credentials whatever name holds them (anchored, linear): an HTTP
 #: ``Authorization`` value, OpenAI/Anthropic keys, GitHub tokens, AWS access key ids, Google API
@@ -103,9 +217,29 @@ _SECRET_VALUE = re.compile(
 )
 # Where a ``_SECRET_VALUE`` can start, lower-cased (``redact_shaped`` finds them with ``str.find``:
 # a regex search over a 64 KiB body took 7-15 ms of the proxy's loop, the finds ~0.3 ms).
-_SECRET_STARTS = ("bearer", "token", "basic", "authorization", "proxy-authorization", "sk-", "ghp_", "gho_", "ghu_",
-                  "ghs_", "ghr_", "github_pat_", "akia", "aiza", "xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-",
-                  "eyj")  # fmt: skip
+_SECRET_STARTS = (
+    "bearer",
+    "token",
+    "basic",
+    "authorization",
+    "proxy-authorization",
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "akia",
+    "aiza",
+    "xoxa-",
+    "xoxb-",
+    "xoxp-",
+    "xoxo-",
+    "xoxs-",
+    "xoxr-",
+    "eyj",
+)
 MAX_SHAPE_CANDIDATES = 1000  # places ``redact_shaped`` tries in one text; past it the text is replaced whole
 _FIELD_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_]+")
 _NOT_ALNUM = re.compile(r"[\W_]+")
@@ -349,9 +483,12 @@ def redact_fields(
                     secret_name = False
                 if schema_map is not None and (
                     ti is dict
-                    or (schema_map in ("dependentRequired", "dependencies") and ti is list
-                        and all(type(x) is str for x in item))
-                ):  # fmt: skip
+                    or (
+                        schema_map in ("dependentRequired", "dependencies")
+                        and ti is list
+                        and all(type(x) is str for x in item)
+                    )
+                ):
                     stack.append((item, None))
                     continue
                 if ti is str:
@@ -468,7 +605,7 @@ def _scrub(text: str | None, echoes: list[tuple[str, tuple[str, ...]]]) -> str |
             if form in text:
                 text = text.replace(form, REDACTED)
     for secret, _ in echoes:  # a tail that is the start of a secret (the body limit cut the echo)
-        tail = text[-min(len(secret) - 1, 256):]
+        tail = text[-min(len(secret) - 1, 256) :]
         i = tail.find(secret[0])
         while 0 <= i <= len(tail) - _MIN_ECHO:
             if secret.startswith(tail[i:]):

@@ -61,9 +61,24 @@ class StreamEnd:
 
 
 # The response side of the record: the ``Exchange`` fields a response's parse decides.
-RESPONSE_FIELDS = ("ended_at", "ttft_s", "request_id", "model", "blocks", "tool_calls", "usage", "stop_reason",
-                   "stop_reason_raw", "error", "outcome", "violations", "response_body", "transport_error",
-                   "response_bytes", "events")  # fmt: skip
+RESPONSE_FIELDS = (
+    "ended_at",
+    "ttft_s",
+    "request_id",
+    "model",
+    "blocks",
+    "tool_calls",
+    "usage",
+    "stop_reason",
+    "stop_reason_raw",
+    "error",
+    "outcome",
+    "violations",
+    "response_body",
+    "transport_error",
+    "response_bytes",
+    "events",
+)
 
 
 def _response_field(f: Field) -> tuple[str, object, Field]:
@@ -91,8 +106,9 @@ def no_response_facts(end: StreamEnd, request_id: str | None) -> ResponseFacts:
     ``interrupted``; otherwise (upstream unreachable, refused, reset) ``error`` with code
     ``no_response``: no response existed, so nothing was truncated. ``request_id`` is the
     request's own correlation id."""
-    facts = ResponseFacts(ended_at=utc_from_epoch(end.now_s), transport_error=end.transport_error,
-                          request_id=request_id)  # fmt: skip
+    facts = ResponseFacts(
+        ended_at=utc_from_epoch(end.now_s), transport_error=end.transport_error, request_id=request_id
+    )
     if end.cause is EndCause.CLIENT_ABORTED:
         facts.outcome = Outcome.CLIENT_ABORTED
     elif end.cause is EndCause.SHUTDOWN:

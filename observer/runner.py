@@ -50,9 +50,17 @@ def start_api_process(settings: Settings, token: str) -> subprocess.Popen:
     ``kill -9`` of ``observer run`` the API kept its port and the next start failed)."""
     env = dict(os.environ, OBSERVER_API_TOKEN=token)
     cmd = [
-        sys.executable, "-m", "observer.cli", "api",
-        "--host", settings.api_host, "--port", str(settings.api_port), "--db", settings.db,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "observer.cli",
+        "api",
+        "--host",
+        settings.api_host,
+        "--port",
+        str(settings.api_port),
+        "--db",
+        settings.db,
+    ]
     return subprocess.Popen(cmd, env=env, preexec_fn=death_signal_setter(signal.SIGTERM))
 
 

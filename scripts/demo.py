@@ -58,28 +58,43 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t = time.monotonic()
         with LlamaCppServer(tls=True) as llama:
-            say(f"[1/4] model server: llama-cpp-python {_version('llama_cpp_python')} serving {llama.gguf.name} "
-                f"at {llama.base_url}/v1 (ready in {time.monotonic() - t:.1f} s)")
+            say(
+                f"[1/4] model server: llama-cpp-python {_version('llama_cpp_python')} serving {llama.gguf.name} "
+                f"at {llama.base_url}/v1 (ready in {time.monotonic() - t:.1f} s)"
+            )
             t = time.monotonic()
             with ObserverProcess(token="demo-token-0123456789") as obs:
-                say(f"[2/4] observer run: proxy {obs.proxy_url}, query API {obs.api_url} "
-                    f"(ready in {time.monotonic() - t:.1f} s)")
+                say(
+                    f"[2/4] observer run: proxy {obs.proxy_url}, query API {obs.api_url} "
+                    f"(ready in {time.monotonic() - t:.1f} s)"
+                )
                 api = obs.api()
                 records = NewRecords(api)
                 client = openai.OpenAI(
-                    base_url=f"{llama.base_url}/v1", api_key="sk-local", max_retries=0,
-                    http_client=openai.DefaultHttpxClient(proxy=obs.proxy_url, verify=ca_context(obs.ca_path),
-                                                          trust_env=False))  # fmt: skip
-                say(f"[3/4] openai {openai.__version__} SDK -> proxy -> model, streaming "
-                    f"(temperature 0, max_tokens {args.max_tokens}):")
+                    base_url=f"{llama.base_url}/v1",
+                    api_key="sk-local",
+                    max_retries=0,
+                    http_client=openai.DefaultHttpxClient(
+                        proxy=obs.proxy_url, verify=ca_context(obs.ca_path), trust_env=False
+                    ),
+                )
+                say(
+                    f"[3/4] openai {openai.__version__} SDK -> proxy -> model, streaming "
+                    f"(temperature 0, max_tokens {args.max_tokens}):"
+                )
                 say(f"      Q: {args.question}")
                 sys.stdout.write("      A: ")
                 sys.stdout.flush()
                 t0 = time.monotonic()
                 first = None
                 chunks = 0
-                with client.chat.completions.stream(model=llama.model, temperature=0, seed=7, max_tokens=args.max_tokens,
-                                                    messages=[{"role": "user", "content": args.question}]) as stream:  # fmt: skip
+                with client.chat.completions.stream(
+                    model=llama.model,
+                    temperature=0,
+                    seed=7,
+                    max_tokens=args.max_tokens,
+                    messages=[{"role": "user", "content": args.question}],
+                ) as stream:
                     for ev in stream:
                         if ev.type == "chunk":
                             chunks += 1
@@ -94,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                 client.close()
                 took = time.monotonic() - t0
                 say("")
-                say(f"      ({chunks} chunks; first token after {first or 0:.3f} s; done in {took:.3f} s; "
-                    f"finish_reason {final.choices[0].finish_reason})")
+                say(
+                    f"      ({chunks} chunks; first token after {first or 0:.3f} s; done in {took:.3f} s; "
+                    f"finish_reason {final.choices[0].finish_reason})"
+                )
                 rec = records.one(timeout=15)
                 say(f"[4/4] the stored record: GET {obs.api_url}/v1/exchanges/{rec['id']}")
                 say(json.dumps(rec, indent=2, ensure_ascii=False))

@@ -30,8 +30,12 @@ from observer.wire.frames import text_message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 T0 = 1_749_292_800.0  # request start, epoch seconds
-BODY_TYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".json": "application/json",
-              ".txt": "text/plain"}  # fmt: skip
+BODY_TYPES = {
+    ".sse": "text/event-stream",
+    ".ndjson": "application/x-ndjson",
+    ".json": "application/json",
+    ".txt": "text/plain",
+}
 
 
 @dataclass
@@ -54,8 +58,11 @@ class Case:
 
 def load(dialect: str, name: str) -> Case:
     d = FIXTURES / dialect
-    bodies = [p for p in d.glob(f"{name}.*") if p.suffix in BODY_TYPES and not p.name.endswith((".request.json",
-              ".expected.json", ".meta.json"))]  # fmt: skip
+    bodies = [
+        p
+        for p in d.glob(f"{name}.*")
+        if p.suffix in BODY_TYPES and not p.name.endswith((".request.json", ".expected.json", ".meta.json"))
+    ]
     assert len(bodies) == 1, f"{dialect}/{name}: expected one body file, found {bodies}"
     body = bodies[0]
     req = d / f"{name}.request.json"
@@ -103,10 +110,17 @@ def view_of(case: Case) -> RequestView:
 def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Feeds ``chunks`` as the response of ``case`` and returns the record dict."""
     return observe(
-        case.dialect, case.request, chunks, status=case.status, content_type=case.content_type,
-        content_encoding=case.content_encoding, end=case.end, limits=limits, path=case.path,
+        case.dialect,
+        case.request,
+        chunks,
+        status=case.status,
+        content_type=case.content_type,
+        content_encoding=case.content_encoding,
+        end=case.end,
+        limits=limits,
+        path=case.path,
         request_headers=case.request_headers,
-    )  # fmt: skip
+    )
 
 
 def observe(
@@ -132,12 +146,28 @@ def observe(
     view = RequestView("POST", "127.0.0.1", path, headers)
     facts, violations = dialect.parse_request(request_body, view)
     ex = Exchange(
-        id="test", dialect=dialect.name, host="127.0.0.1", path=path, method="POST",
-        http_version="HTTP/1.1", started_at=datetime.fromtimestamp(T0, tz=timezone.utc), status_code=status,
+        id="test",
+        dialect=dialect.name,
+        host="127.0.0.1",
+        path=path,
+        method="POST",
+        http_version="HTTP/1.1",
+        started_at=datetime.fromtimestamp(T0, tz=timezone.utc),
+        status_code=status,
         request=facts,
-    )  # fmt: skip
-    spec = ResponseSpec(dialect.name, status, content_type, content_encoding, T0, path, tuple(facts.tool_names),
-                        facts.request_id, facts.stream, limits)  # fmt: skip
+    )
+    spec = ResponseSpec(
+        dialect.name,
+        status,
+        content_type,
+        content_encoding,
+        T0,
+        path,
+        tuple(facts.tool_names),
+        facts.request_id,
+        facts.stream,
+        limits,
+    )
     obs = StreamObserver(dialect, spec)
     t = T0
     for chunk in chunks:

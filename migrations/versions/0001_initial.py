@@ -70,9 +70,7 @@ def upgrade() -> None:
             "usage_reported", sa.Boolean(), nullable=False, comment="A usage event was seen (counts may be null)"
         ),
         sa.Column("text", sa.Text(), nullable=False, comment="All text blocks joined in index order"),
-        sa.Column(
-            "stop_reason", sa.Text(), nullable=True, comment="gen_ai.response.finish_reasons (normalised)"
-        ),
+        sa.Column("stop_reason", sa.Text(), nullable=True, comment="gen_ai.response.finish_reasons (normalised)"),
         sa.Column("stop_reason_raw", sa.Text(), nullable=True, comment="Stop reason as the vendor sent it"),
         sa.Column(
             "error_reported",

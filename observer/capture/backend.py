@@ -40,8 +40,14 @@ class Backend(Protocol):
         should hand over at once (the batch size that suits where it is parsed)."""
         ...
 
-    def data(self, key: str, pending: list, nbytes: int, deadline: float | None = None,
-             clock: Callable[[], float] | None = None) -> int:  # fmt: skip
+    def data(
+        self,
+        key: str,
+        pending: list,
+        nbytes: int,
+        deadline: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> int:
         """Takes ``pending`` = ``[chunk, arrival_s, ...]`` (``nbytes`` chunk bytes, oldest
         first); returns how many items it consumed (``len(pending)`` unless ``deadline``, a
         ``clock()`` reading, passed first)."""
@@ -68,8 +74,14 @@ class InProcessBackend:
         """Takes over a flow whose observer was made elsewhere (a dead worker's flows)."""
         self._observers[key] = observer
 
-    def data(self, key: str, pending: list, nbytes: int, deadline: float | None = None,
-             clock: Callable[[], float] | None = None) -> int:  # fmt: skip
+    def data(
+        self,
+        key: str,
+        pending: list,
+        nbytes: int,
+        deadline: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> int:
         return feed_pending(self._observers[key], pending, deadline, clock)
 
     def finish(self, key: str, end: StreamEnd) -> None:
@@ -149,9 +161,12 @@ class FailoverBackend:
         """Starts the worker on ``loop``; False (flows parsed in-process) if it cannot start."""
         self._loop = loop
         link = self._link_factory(
-            on_facts=self._worker_facts, on_death=self._worker_died, max_buffer_bytes=self.buffer_bytes,
-            nice=self.nice, registry_factory=self._registry_factory,
-        )  # fmt: skip
+            on_facts=self._worker_facts,
+            on_death=self._worker_died,
+            max_buffer_bytes=self.buffer_bytes,
+            nice=self.nice,
+            registry_factory=self._registry_factory,
+        )
         try:
             link.start(loop)
         except Exception:  # noqa: BLE001 - in-process instead
@@ -168,8 +183,14 @@ class FailoverBackend:
             return WORKER_FLUSH_BYTES
         return self._local.open(key, spec)
 
-    def data(self, key: str, pending: list, nbytes: int, deadline: float | None = None,
-             clock: Callable[[], float] | None = None) -> int:  # fmt: skip
+    def data(
+        self,
+        key: str,
+        pending: list,
+        nbytes: int,
+        deadline: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> int:
         remote = self._remote.get(key)
         if remote is None:
             return self._local.data(key, pending, nbytes, deadline, clock)
@@ -180,8 +201,11 @@ class FailoverBackend:
         if key not in self._remote:  # the worker was found dead just now: the flow went in-process
             return self._local.data(key, pending, nbytes, deadline, clock)
         if not remote.skipped_bytes and link is not None and link.alive:
-            log.error("observer: the worker fell behind (over observer_worker_buffer_mb); record %s: "
-                      "the rest of its stream is not observed", key)  # fmt: skip
+            log.error(
+                "observer: the worker fell behind (over observer_worker_buffer_mb); record %s: "
+                "the rest of its stream is not observed",
+                key,
+            )
         # (A closed link: the addon stopped, e.g. a script reload; the flow is recorded.)
         remote.skipped_bytes += nbytes
         return len(pending)
@@ -206,8 +230,13 @@ class FailoverBackend:
         if link is None:
             return
         stopped = link.close(timeout_s=timeout_s)
-        log.info("observer: worker %s (%d frames, %d bytes sent, %d data batches refused)",
-                 "stopped" if stopped else "lost", link.frames_sent, link.bytes_sent, link.data_refused)  # fmt: skip
+        log.info(
+            "observer: worker %s (%d frames, %d bytes sent, %d data batches refused)",
+            "stopped" if stopped else "lost",
+            link.frames_sent,
+            link.bytes_sent,
+            link.data_refused,
+        )
         self._link = None
 
     def _worker_facts(self, key: str, facts: ResponseFacts) -> None:
@@ -224,8 +253,9 @@ class FailoverBackend:
         remote, self._remote = self._remote, {}
         for key, r in remote.items():
             try:
-                self._local.adopt(key, failed_observer(self._registry, r.spec, WorkerDied(reason),
-                                                       r.sent_bytes + r.skipped_bytes))  # fmt: skip
+                self._local.adopt(
+                    key, failed_observer(self._registry, r.spec, WorkerDied(reason), r.sent_bytes + r.skipped_bytes)
+                )
                 if r.end is not None:
                     self._local.finish(key, r.end)
             except Exception:  # noqa: BLE001 - one flow's failure must not lose the others
@@ -236,8 +266,11 @@ class FailoverBackend:
             log.warning("observer: the worker had run %.0f s; starting a new one", lived)
             self.start(self._loop)
         else:
-            log.error("observer: the worker died %.1f s after it started; parsing in the proxy process from now on"
-                      " (restart the proxy to try a worker again)", lived)  # fmt: skip
+            log.error(
+                "observer: the worker died %.1f s after it started; parsing in the proxy process from now on"
+                " (restart the proxy to try a worker again)",
+                lived,
+            )
 
 
 __all__ = ["IN_PROCESS_FLUSH_BYTES", "WORKER_FLUSH_BYTES", "Backend", "FailoverBackend", "InProcessBackend"]

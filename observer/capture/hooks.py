@@ -195,17 +195,22 @@ class LLMAudit:
         if not want or isinstance(self._backend, FailoverBackend):
             return
         if self._registry_factory is None:
-            log.warning("observer: a dialect registry object was given: observing in-process (a worker builds its"
-                        " registry from a factory name)")  # fmt: skip
+            log.warning(
+                "observer: a dialect registry object was given: observing in-process (a worker builds its"
+                " registry from a factory name)"
+            )
             return
         loop = running_loop()
         if loop is None:
             return
         backend = FailoverBackend(
-            self._registry, self._registry_factory, self._flows.on_facts,
-            buffer_bytes=settings.worker_buffer_mb << 20, nice=settings.worker_nice,
+            self._registry,
+            self._registry_factory,
+            self._flows.on_facts,
+            buffer_bytes=settings.worker_buffer_mb << 20,
+            nice=settings.worker_nice,
             restart_after_s=self.worker_restart_after_s,
-        )  # fmt: skip
+        )
         if backend.start(loop):
             self._backend = self._flows.backend = backend
 
@@ -277,8 +282,9 @@ class LLMAudit:
                 raw = flow.request.raw_content
                 if raw is None:  # streamed by someone else: nothing to parse
                     return
-            read = read_request(state.dialect, state.view, raw, flow.request.headers.get("content-encoding"),
-                                self._limits)  # fmt: skip
+            read = read_request(
+                state.dialect, state.view, raw, flow.request.headers.get("content-encoding"), self._limits
+            )
             state.take(read)
             state.violations.extend(read.violations)
         except Exception as exc:
@@ -301,11 +307,17 @@ class LLMAudit:
             ex.status_code = resp.status_code
             request = ex.request
             spec = ResponseSpec(
-                dialect=state.dialect.name, status_code=resp.status_code,
-                content_type=resp.headers.get("content-type"), content_encoding=resp.headers.get("content-encoding"),
-                started_at_s=ex.started_at.timestamp(), path=ex.path, tool_names=tuple(request.tool_names),
-                request_id=request.request_id, request_stream=request.stream, limits=self._limits,
-            )  # fmt: skip
+                dialect=state.dialect.name,
+                status_code=resp.status_code,
+                content_type=resp.headers.get("content-type"),
+                content_encoding=resp.headers.get("content-encoding"),
+                started_at_s=ex.started_at.timestamp(),
+                path=ex.path,
+                tool_names=tuple(request.tool_names),
+                request_id=request.request_id,
+                request_stream=request.stream,
+                limits=self._limits,
+            )
             flush_bytes = self._backend.open(state.key, spec)
             state.opened = True
             state.tap = StreamTap(state.key, self._backend, flush_bytes, self._batcher)
@@ -426,9 +438,17 @@ def _new_state(flow: http.HTTPFlow, dialect: Dialect, view: RequestView) -> Flow
     headers kept (in memory) to scrub echoes of them."""
     req = flow.request
     removed = header_secrets(view.headers)
-    ex = skeleton(dialect, scheme=req.scheme, host=req.host, port=req.port, path=req.path, method=req.method,
-                  http_version=req.http_version, started_at_s=req.timestamp_start or time.time(),
-                  removed=removed)  # fmt: skip
+    ex = skeleton(
+        dialect,
+        scheme=req.scheme,
+        host=req.host,
+        port=req.port,
+        path=req.path,
+        method=req.method,
+        http_version=req.http_version,
+        started_at_s=req.timestamp_start or time.time(),
+        removed=removed,
+    )
     return FlowState(dialect, ex, view, flow.client_conn.id, envelope_secrets=removed)
 
 

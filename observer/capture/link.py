@@ -118,8 +118,16 @@ class WorkerLink:
             # (mitmdump may have found it through its script's directory, not site-packages).
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             self._proc = subprocess.Popen(
-                [self._python, "-m", "observer.capture.worker", str(d_r), str(r_w), str(os.getpid()), str(self.nice),
-                 self.registry_factory],
+                [
+                    self._python,
+                    "-m",
+                    "observer.capture.worker",
+                    str(d_r),
+                    str(r_w),
+                    str(os.getpid()),
+                    str(self.nice),
+                    self.registry_factory,
+                ],
                 pass_fds=(d_r, r_w),
                 preexec_fn=death_signal_setter(signal.SIGKILL),  # before its first statement, too
                 stdin=subprocess.DEVNULL,

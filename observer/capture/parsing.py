@@ -100,5 +100,12 @@ def finish_observer(obs: Observer, end: StreamEnd, skipped_bytes: int = 0) -> Re
         )
 
 
-__all__ = ["FailedObserver", "Observer", "WorkerDied", "WorkerOverloaded", "failed_observer",
-           "finish_observer", "open_observer"]  # fmt: skip
+__all__ = [
+    "FailedObserver",
+    "Observer",
+    "WorkerDied",
+    "WorkerOverloaded",
+    "failed_observer",
+    "finish_observer",
+    "open_observer",
+]

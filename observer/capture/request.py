@@ -15,8 +15,18 @@ from observer.redact import MAX_CHARS, MAX_FIELDS, redact_path, redact_request
 from observer.wire.content import LIMIT_CODE, make_decoder
 
 
-def skeleton(dialect: Dialect, *, scheme: str, host: str, port: int | None, path: str, method: str,
-             http_version: str, started_at_s: float, removed: list[str] | None = None) -> Exchange:  # fmt: skip
+def skeleton(
+    dialect: Dialect,
+    *,
+    scheme: str,
+    host: str,
+    port: int | None,
+    path: str,
+    method: str,
+    http_version: str,
+    started_at_s: float,
+    removed: list[str] | None = None,
+) -> Exchange:
     """A new record (fresh id) with the exchange's HTTP facts; credentials in the path's query
     redacted (``observer.redact.redact_path``; the values removed are appended to ``removed``);
     ``started_at_s`` epoch seconds."""
@@ -74,9 +84,14 @@ def redacted(facts: RequestFacts, violations: list[Violation]) -> list[str]:
     violation appended to ``violations``."""
     removed, dropped = redact_request(facts)
     for name in dropped:
-        violations.append(Violation(ViolationKind.OVERSIZE_REQUEST, None,
-                                    f"request {name}: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
-                                    "not kept (not checked for credentials in bounded time)"))  # fmt: skip
+        violations.append(
+            Violation(
+                ViolationKind.OVERSIZE_REQUEST,
+                None,
+                f"request {name}: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
+                "not kept (not checked for credentials in bounded time)",
+            )
+        )
     return removed
 
 
@@ -133,5 +148,12 @@ class RequestTap:
         )
 
 
-__all__ = ["RequestRead", "RequestTap", "declared_too_large", "incomplete_request", "read_request", "redacted",
-           "skeleton"]  # fmt: skip
+__all__ = [
+    "RequestRead",
+    "RequestTap",
+    "declared_too_large",
+    "incomplete_request",
+    "read_request",
+    "redacted",
+    "skeleton",
+]

@@ -101,9 +101,7 @@ def reduce_binary(value: Any, _depth: int = 0) -> Any:
         return value
     out: dict[str, Any] = {}
     for key, v in value.items():
-        if isinstance(v, str) and (
-            (key in _URL_KEYS and v[:5].lower() == "data:") or key == "file_data"
-        ):
+        if isinstance(v, str) and ((key in _URL_KEYS and v[:5].lower() == "data:") or key == "file_data"):
             media, size = payload_size(v)
             if media:
                 out["media_type"] = media

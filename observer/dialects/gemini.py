@@ -556,9 +556,14 @@ class _StreamedCall:
         continuing = isinstance(value, str) and segments == self.open_path
         if self.chars + size > MAX_CALL_CHARS or (not continuing and self.values >= MAX_CALL_PATHS):
             self.capped = True
-            out.append(Violation(V.INVALID_EVENT, None,
-                                 f"function call {self.name}: arguments beyond {MAX_CALL_PATHS} values or "
-                                 f"{MAX_CALL_CHARS} chars dropped"))  # fmt: skip
+            out.append(
+                Violation(
+                    V.INVALID_EVENT,
+                    None,
+                    f"function call {self.name}: arguments beyond {MAX_CALL_PATHS} values or "
+                    f"{MAX_CALL_CHARS} chars dropped",
+                )
+            )
             return
         self.chars += size
         if continuing:

@@ -370,7 +370,9 @@ class OpenAIChatAdapter(AdapterBase):
         missing = not (is_int(index) and index >= 0)
         if missing:
             if "index" in call:  # present but not a usable index: say so for each such fragment
-                out.append(Violation(V.INVALID_EVENT, None, f"tool_calls[] fragment index {index!r} invalid: position used"))
+                out.append(
+                    Violation(V.INVALID_EVENT, None, f"tool_calls[] fragment index {index!r} invalid: position used")
+                )
             elif not self._index_missing_reported:  # Ollama before 0.4.7 omits it on every fragment
                 self._index_missing_reported = True
                 out.append(Violation(V.INVALID_EVENT, None, "tool_calls[] fragment without index: position used"))

@@ -203,7 +203,9 @@ class OpenAIResponsesAdapter(AdapterBase):
         (any JSON value): the same events and violations, without parsing again."""
         out: list[CanonicalEvent | Violation] = []
         if obj.__class__ is not dict:
-            out.append(Violation(V.INVALID_EVENT, None, f"event {message.event or 'message'!r}: data is not a JSON object"))
+            out.append(
+                Violation(V.INVALID_EVENT, None, f"event {message.event or 'message'!r}: data is not a JSON object")
+            )
             self._seq.lost()
             return out
         return self._object(message, obj, out)
@@ -273,7 +275,9 @@ class OpenAIResponsesAdapter(AdapterBase):
             return True
         return False
 
-    def _object(self, message: Message, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> list[CanonicalEvent | Violation]:
+    def _object(
+        self, message: Message, obj: dict[str, Any], out: list[CanonicalEvent | Violation]
+    ) -> list[CanonicalEvent | Violation]:
         if isinstance(message, JSONFrame):
             self._whole(obj, out)
             return out

@@ -305,9 +305,7 @@ def _tool_call(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
 
 
 def _usage(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
-    out.append(
-        UsageEvent(seq, _int(obj, "input_tokens", seq, out, None), _int(obj, "output_tokens", seq, out, None))
-    )
+    out.append(UsageEvent(seq, _int(obj, "input_tokens", seq, out, None), _int(obj, "output_tokens", seq, out, None)))
 
 
 def _error(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:

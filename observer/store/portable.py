@@ -75,8 +75,18 @@ def make_portable(record: Exchange) -> Exchange:
     ``MAX_JSON_DEPTH`` (in place); records which fields changed in one ``unstorable_character``
     violation; returns the record. Idempotent."""
     hits: list[str] = []
-    for name in ("host", "path", "method", "http_version", "request_id", "model", "stop_reason",
-                 "stop_reason_raw", "response_body", "transport_error"):  # fmt: skip
+    for name in (
+        "host",
+        "path",
+        "method",
+        "http_version",
+        "request_id",
+        "model",
+        "stop_reason",
+        "stop_reason_raw",
+        "response_body",
+        "transport_error",
+    ):
         setattr(record, name, _clean(getattr(record, name), name, hits))
     for b in record.blocks:
         b.text = _clean(b.text, "blocks.text", hits)
@@ -90,8 +100,18 @@ def make_portable(record: Exchange) -> Exchange:
         record.error.code = _clean(record.error.code, "error.code", hits)
         record.error.message = _clean(record.error.message, "error.message", hits)
     req = record.request
-    for name in ("version", "model", "messages", "tools", "parameters", "metadata", "extensions", "tool_names",
-                 "end_user", "request_id"):  # fmt: skip
+    for name in (
+        "version",
+        "model",
+        "messages",
+        "tools",
+        "parameters",
+        "metadata",
+        "extensions",
+        "tool_names",
+        "end_user",
+        "request_id",
+    ):
         setattr(req, name, _clean(getattr(req, name), f"request.{name}", hits))
     record.violations = [
         Violation(v.kind, v.seq, _clean(v.detail, "violations.detail", hits)) for v in record.violations
@@ -105,7 +125,9 @@ def make_portable(record: Exchange) -> Exchange:
     if deep:
         record.violations.append(
             Violation(
-                ViolationKind.UNSTORABLE_CHARACTER, None, f"JSON nested beyond {MAX_JSON_DEPTH} levels cut in: {', '.join(deep)}"
+                ViolationKind.UNSTORABLE_CHARACTER,
+                None,
+                f"JSON nested beyond {MAX_JSON_DEPTH} levels cut in: {', '.join(deep)}",
             )
         )
     return record

@@ -51,10 +51,28 @@ FLATTENED: dict[str, str] = {
 #: Keys of a ``GET /v1/exchanges`` item, in order: record keys (a flattened record rebuilt from
 #: its columns) and the copied column ``end_user``.
 SUMMARY_KEYS: tuple[str, ...] = (
-    "id", "dialect", "scheme", "host", "port", "path", "method", "status_code", "started_at",
-    "ended_at", "ttft_s", "request_id", "request_model", "end_user", "model", "usage",
-    "stop_reason", "error", "outcome", "response_bytes", "events",
-)  # fmt: skip
+    "id",
+    "dialect",
+    "scheme",
+    "host",
+    "port",
+    "path",
+    "method",
+    "status_code",
+    "started_at",
+    "ended_at",
+    "ttft_s",
+    "request_id",
+    "request_model",
+    "end_user",
+    "model",
+    "usage",
+    "stop_reason",
+    "error",
+    "outcome",
+    "response_bytes",
+    "events",
+)
 
 _CHILD_COLUMNS = ("exchange_id", "position")  # columns of every child table that are not fields
 

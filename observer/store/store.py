@@ -139,11 +139,7 @@ class AuditStore:
         """
         if not 1 <= limit <= LIST_LIMIT_MAX:
             raise ValueError(f"limit must be within 1..{LIST_LIMIT_MAX}, not {limit}")
-        stmt = (
-            select(*SUMMARY_COLUMNS)
-            .order_by(ExchangeRow.started_at.desc(), ExchangeRow.id.desc())
-            .limit(limit + 1)
-        )
+        stmt = select(*SUMMARY_COLUMNS).order_by(ExchangeRow.started_at.desc(), ExchangeRow.id.desc()).limit(limit + 1)
         if cursor is not None:
             started_at, last_id = decode_cursor(cursor)
             stmt = stmt.where(tuple_(ExchangeRow.started_at, ExchangeRow.id) < tuple_(started_at, last_id))
@@ -206,4 +202,3 @@ def _sqlite_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
         cursor.execute("PRAGMA synchronous=FULL")
     finally:
         cursor.close()
-

@@ -12,10 +12,10 @@ BOM = b"\xef\xbb\xbf"
 
 class LeadingBOM:
     """Strips one BOM at the start of a byte stream: ``feed`` returns the data with it removed,
-    holding up to 2 bytes (returning ``b""``) while they could still begin one; ``flush`` at end
-    of stream returns held bytes that turned out to be content. ``stripped`` says whether a BOM
-    was removed; ``held_bytes`` how many bytes are held (for buffer accounting); ``settled`` whether
-the question is decided (then ``feed`` is the identity)."""
+        holding up to 2 bytes (returning ``b""``) while they could still begin one; ``flush`` at end
+        of stream returns held bytes that turned out to be content. ``stripped`` says whether a BOM
+        was removed; ``held_bytes`` how many bytes are held (for buffer accounting); ``settled`` whether
+    the question is decided (then ``feed`` is the identity)."""
 
     __slots__ = ("_held", "stripped")
 

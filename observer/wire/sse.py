@@ -164,11 +164,7 @@ class SSEDecoder:
                 if head[:6] == b"data: " and _CR not in head and (n := len(data)) <= self._max:
                     return [(b"", head[6:], self._last_id, None, n)]
             elif rest == b"\r\n":  # one CRLF data-line event (Google's streams)
-                if (
-                    head[:6] == b"data: "
-                    and head.find(b"\r") == len(head) - 1
-                    and (n := len(data)) <= self._max
-                ):
+                if head[:6] == b"data: " and head.find(b"\r") == len(head) - 1 and (n := len(data)) <= self._max:
                     return [(b"", head[6:-1], self._last_id, None, n)]
             elif (
                 head[:7] == b"event: "
@@ -180,9 +176,7 @@ class SSEDecoder:
             ):
                 return [(head[7:], rest[6:-2], self._last_id, None, n)]
         out = self._feed(data)
-        self._idle = not (
-            self._bom_open or self._size or self._partial or self._cr or self._skipping or self._closed
-        )
+        self._idle = not (self._bom_open or self._size or self._partial or self._cr or self._skipping or self._closed)
         return out
 
     def _feed(self, data: bytes) -> list[Message | Violation]:

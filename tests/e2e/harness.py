@@ -58,8 +58,13 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition",
-               abort: Callable[[], str | None] | None = None) -> Any:
+def wait_until(
+    pred: Callable[[], Any],
+    timeout: float,
+    interval: float = 0.05,
+    what: str = "condition",
+    abort: Callable[[], str | None] | None = None,
+) -> Any:
     """Polls ``pred`` until it returns a truthy value (returned) or ``timeout`` passes
     (TimeoutError). ``abort`` may return a message to give up early (e.g. process exited)."""
     deadline = time.monotonic() + timeout
@@ -76,7 +81,10 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05, 
             if msg:
                 raise RuntimeError(f"gave up waiting for {what}: {msg}")
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+            raise TimeoutError(
+                f"timed out after {timeout:.1f}s waiting for {what}"
+                + (f" (last error: {last_exc!r})" if last_exc else "")
+            )
         time.sleep(interval)
 
 
@@ -128,8 +136,13 @@ class ManagedProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.build_env(), cwd=str(REPO), start_new_session=True,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.build_env(),
+                cwd=str(REPO),
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -207,8 +220,14 @@ class MitmdumpProcess(ManagedProcess):
 
     name = "mitmdump"
 
-    def __init__(self, script: str | Path, sets: dict[str, str] | None = None, workdir: str | None = None,
-                 port: int | None = None, quiet: bool = True):
+    def __init__(
+        self,
+        script: str | Path,
+        sets: dict[str, str] | None = None,
+        workdir: str | None = None,
+        port: int | None = None,
+        quiet: bool = True,
+    ):
         super().__init__(workdir)
         self.script = str(script)
         self.sets = {"ssl_insecure": "true", **(sets or {})}
@@ -228,7 +247,16 @@ class MitmdumpProcess(ManagedProcess):
         argv = [tool("mitmdump")]
         if self.quiet:
             argv.append("-q")
-        argv += ["--listen-host", "127.0.0.1", "-p", str(self.port), "--set", f"confdir={self.confdir}", "-s", self.script]
+        argv += [
+            "--listen-host",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "--set",
+            f"confdir={self.confdir}",
+            "-s",
+            self.script,
+        ]
         for k, v in self.sets.items():
             argv += ["--set", f"{k}={v}"]
         return argv
@@ -249,8 +277,14 @@ class ObserverProcess(ManagedProcess):
 
     name = "observer"
 
-    def __init__(self, token: str = "e2e-test-token-0123456789", sets: dict[str, str] | None = None,
-                 workdir: str | None = None, db_url: str | None = None, extra_args: Iterable[str] = ()):
+    def __init__(
+        self,
+        token: str = "e2e-test-token-0123456789",
+        sets: dict[str, str] | None = None,
+        workdir: str | None = None,
+        db_url: str | None = None,
+        extra_args: Iterable[str] = (),
+    ):
         super().__init__(workdir)
         self.token = token
         self.sets = {"ssl_insecure": "true", **(sets or {})}
@@ -275,8 +309,18 @@ class ObserverProcess(ManagedProcess):
         return f"http://127.0.0.1:{self.api_port}"
 
     def build_argv(self) -> list[str]:
-        argv = [tool("observer"), "run", "--proxy-port", str(self.proxy_port), "--api-port", str(self.api_port),
-                "--db", self.db_url, "--confdir", str(self.confdir)]
+        argv = [
+            tool("observer"),
+            "run",
+            "--proxy-port",
+            str(self.proxy_port),
+            "--api-port",
+            str(self.api_port),
+            "--db",
+            self.db_url,
+            "--confdir",
+            str(self.confdir),
+        ]
         for k, v in self.sets.items():
             argv += ["--set", f"{k}={v}"]
         return argv + self.extra_args
@@ -303,8 +347,9 @@ def observer_cli_available(timeout: float = 30.0) -> tuple[bool, str]:
     except FileNotFoundError:
         return False, "no `observer` console script in the venv"
     try:
-        p = subprocess.run([exe, "run", "--help"], capture_output=True, timeout=timeout, cwd=str(REPO),
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            [exe, "run", "--help"], capture_output=True, timeout=timeout, cwd=str(REPO), stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return False, "`observer run --help` timed out"
     if p.returncode != 0:
@@ -354,10 +399,19 @@ def client_ssl_context(ca_path: str | None) -> ssl.SSLContext | bool:
     return ssl.create_default_context(cafile=ca_path)
 
 
-def stream_request(url: str, *, proxy: str | None = None, ca_path: str | None = None, http2: bool = False,
-                   method: str = "POST", content: bytes | None = None, json_body: Any = None,
-                   headers: dict[str, str] | None = None, timeout: float = 15.0,
-                   stop_when: Callable[[StreamResult], bool] | None = None) -> StreamResult:
+def stream_request(
+    url: str,
+    *,
+    proxy: str | None = None,
+    ca_path: str | None = None,
+    http2: bool = False,
+    method: str = "POST",
+    content: bytes | None = None,
+    json_body: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 15.0,
+    stop_when: Callable[[StreamResult], bool] | None = None,
+) -> StreamResult:
     """Sends one request with a fresh client (one fresh connection) and reads the raw body,
     timestamping every chunk. ``stop_when(result)`` returning true after a chunk closes the
     client (and so the connection) mid-body. Transport errors end the read and are returned in
@@ -369,8 +423,9 @@ def stream_request(url: str, *, proxy: str | None = None, ca_path: str | None = 
         content = _json.dumps(json_body).encode()
         hdrs.setdefault("Content-Type", LLM_CONTENT_TYPE)
     res = StreamResult(started=time.monotonic())
-    client = httpx.Client(proxy=proxy, verify=client_ssl_context(ca_path), http2=http2, trust_env=False,
-                          timeout=httpx.Timeout(timeout))
+    client = httpx.Client(
+        proxy=proxy, verify=client_ssl_context(ca_path), http2=http2, trust_env=False, timeout=httpx.Timeout(timeout)
+    )
     try:
         with client.stream(method, url, content=content, headers=hdrs) as r:
             res.status = r.status_code
@@ -389,9 +444,18 @@ def stream_request(url: str, *, proxy: str | None = None, ca_path: str | None = 
     return res
 
 
-def h2_request_then_cancel(url: str, *, proxy: str, ca_path: str, content: bytes, headers: dict[str, str],
-                           cancel_when: Callable[[StreamResult], bool], hold_until: Callable[[], Any] | None = None,
-                           hold_timeout: float = 5.0, timeout: float = 10.0) -> tuple[StreamResult, Any]:
+def h2_request_then_cancel(
+    url: str,
+    *,
+    proxy: str,
+    ca_path: str,
+    content: bytes,
+    headers: dict[str, str],
+    cancel_when: Callable[[StreamResult], bool],
+    hold_until: Callable[[], Any] | None = None,
+    hold_timeout: float = 5.0,
+    timeout: float = 10.0,
+) -> tuple[StreamResult, Any]:
     """HTTP/2 over CONNECT+TLS with a raw ``h2`` client: reads the response until
     ``cancel_when(result)``, then sends RST_STREAM(CANCEL) and keeps the connection open (answering
     the peer) until ``hold_until()`` returns something truthy (returned) or ``hold_timeout`` passes.
@@ -503,7 +567,9 @@ class ApiClient:
         t = self.token if token is None else token
         return {"Authorization": f"Bearer {t}"} if t else {}
 
-    def request(self, path: str, token: str | None = None, params: dict[str, Any] | None = None, auth: bool = True) -> httpx.Response:
+    def request(
+        self, path: str, token: str | None = None, params: dict[str, Any] | None = None, auth: bool = True
+    ) -> httpx.Response:
         return self.http.get(path, params=params, headers=self._headers(token) if auth else {})
 
     def healthz(self) -> httpx.Response:
@@ -547,7 +613,9 @@ class ApiClient:
                 return rec
         return None
 
-    def wait_record(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0, what: str = "record") -> dict[str, Any]:
+    def wait_record(
+        self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0, what: str = "record"
+    ) -> dict[str, Any]:
         return wait_until(lambda: self.find(pred), timeout, interval=0.1, what=what)
 
     def wait_tid(self, tid: str, timeout: float = 10.0) -> dict[str, Any]:
@@ -587,11 +655,17 @@ def subset_mismatches(actual: Any, expected: Any, path: str = "$") -> list[str]:
             return [f"{path}: expected {expected!r}, got {actual!r}"]
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             out.extend(subset_mismatches(a, e, f"{path}[{i}]"))
-    elif actual != expected or type(actual) is not type(expected) and not (isinstance(actual, (int, float)) and isinstance(expected, (int, float))):
+    elif (
+        actual != expected
+        or type(actual) is not type(expected)
+        and not (isinstance(actual, (int, float)) and isinstance(expected, (int, float)))
+    ):
         out.append(f"{path}: expected {expected!r}, got {actual!r}")
     return out
 
 
 def assert_subset(actual: Any, expected: Any, context: str = "") -> None:
     mism = subset_mismatches(actual, expected)
-    assert not mism, "record differs from the expected subset:\n  " + "\n  ".join(mism) + (f"\n  ({context})" if context else "")
+    assert not mism, (
+        "record differs from the expected subset:\n  " + "\n  ".join(mism) + (f"\n  ({context})" if context else "")
+    )

@@ -57,8 +57,12 @@ if __package__ in (None, ""):  # script mode: make ``tests.e2e.upstream`` import
 from tests.e2e.upstream import UpstreamExchange, UpstreamServer, send_event
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wire"
-BODY_TYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".json": "application/json",
-              ".txt": "text/plain"}  # fmt: skip
+BODY_TYPES = {
+    ".sse": "text/event-stream",
+    ".ndjson": "application/x-ndjson",
+    ".json": "application/json",
+    ".txt": "text/plain",
+}
 DEFAULT_GAP_MS = 100.0
 _SIDE_FILES = (".request.json", ".expected.json", ".meta.json")
 _EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
@@ -108,8 +112,11 @@ def fixture_response(dialect: str, case: str, root: Path = FIXTURES) -> FixtureR
     d = root / dialect
     if not d.is_dir() or "/" in case or case.startswith("."):
         raise FileNotFoundError(f"{dialect}/{case}")
-    bodies = [p for p in d.glob(f"{case}.*") if p.suffix in BODY_TYPES and not p.name.endswith(_SIDE_FILES)
-              and p.name[: -len(p.suffix)] == case]  # fmt: skip
+    bodies = [
+        p
+        for p in d.glob(f"{case}.*")
+        if p.suffix in BODY_TYPES and not p.name.endswith(_SIDE_FILES) and p.name[: -len(p.suffix)] == case
+    ]
     if len(bodies) != 1:
         raise FileNotFoundError(f"{dialect}/{case}: expected one body file, found {[p.name for p in bodies]}")
     meta: dict[str, Any] = {}
@@ -123,12 +130,20 @@ def fixture_response(dialect: str, case: str, root: Path = FIXTURES) -> FixtureR
     req = d / f"{case}.request.json"
     exp = d / f"{case}.expected.json"
     return FixtureResponse(
-        dialect=dialect, case=case, body=body, pieces=split_pieces(body, content_type, encoding),
-        status=int(meta.get("status", 200)), content_type=content_type, content_encoding=encoding,
-        response_headers=dict(meta.get("response_headers", {})), path=meta.get("path", "/v1/stream"),
-        end=meta.get("end", "eof"), request=req.read_bytes() if req.exists() else b"",
-        expected=json.loads(exp.read_text(encoding="utf-8")) if exp.exists() else {}, meta=meta,
-    )  # fmt: skip
+        dialect=dialect,
+        case=case,
+        body=body,
+        pieces=split_pieces(body, content_type, encoding),
+        status=int(meta.get("status", 200)),
+        content_type=content_type,
+        content_encoding=encoding,
+        response_headers=dict(meta.get("response_headers", {})),
+        path=meta.get("path", "/v1/stream"),
+        end=meta.get("end", "eof"),
+        request=req.read_bytes() if req.exists() else b"",
+        expected=json.loads(exp.read_text(encoding="utf-8")) if exp.exists() else {},
+        meta=meta,
+    )
 
 
 def split_pieces(body: bytes, content_type: str, content_encoding: str | None = None) -> list[bytes]:
@@ -230,8 +245,11 @@ class ReplayUpstream(UpstreamServer):
         headers = [("content-type", fx.content_type), ("cache-control", "no-cache")]
         if fx.content_encoding:
             headers.append(("content-encoding", fx.content_encoding))
-        headers += [(k.lower(), str(v)) for k, v in fx.response_headers.items()
-                    if k.lower() not in ("content-type", "content-encoding", "content-length", "transfer-encoding")]  # fmt: skip
+        headers += [
+            (k.lower(), str(v))
+            for k, v in fx.response_headers.items()
+            if k.lower() not in ("content-type", "content-encoding", "content-length", "transfer-encoding")
+        ]
         if ex.http_version == "HTTP/1.1":
             headers.append(("transfer-encoding", "chunked"))
         ex.status, ex.response_headers = fx.status, headers
@@ -256,7 +274,10 @@ class ReplayUpstream(UpstreamServer):
 async def _main_async(args: argparse.Namespace) -> None:
     server = ReplayUpstream(args.host, args.port, args.tls_port, keep=200, default_gap_ms=args.gap_ms)
     await server.start_async()
-    print(json.dumps({"http_port": server.http_port, "https_port": server.https_port, "ca_cert": server.ca_cert_path}), flush=True)
+    print(
+        json.dumps({"http_port": server.http_port, "https_port": server.https_port, "ca_cert": server.ca_cert_path}),
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

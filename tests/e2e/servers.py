@@ -96,8 +96,15 @@ class LlamaCppServer(_HttpServer):
     name = "llama-cpp"
     ready_path = "/v1/models"
 
-    def __init__(self, port: int | None = None, workdir: str | None = None, n_ctx: int = 2048,
-                 threads: int = 2, tls: bool = False, extra_args: Iterable[str] = ()):
+    def __init__(
+        self,
+        port: int | None = None,
+        workdir: str | None = None,
+        n_ctx: int = 2048,
+        threads: int = 2,
+        tls: bool = False,
+        extra_args: Iterable[str] = (),
+    ):
         super().__init__(port, workdir)
         gguf = smollm2_gguf()
         if gguf is None:
@@ -128,11 +135,29 @@ class LlamaCppServer(_HttpServer):
         return SMOLLM2_ALIAS
 
     def build_argv(self) -> list[str]:
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", SMOLLM2_ALIAS,
-                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--seed", "1234",
-                *(["--ssl_certfile", self._tls_files[0], "--ssl_keyfile", self._tls_files[1]] if self._tls_files else []),
-                *self.extra_args]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.gguf),
+            "--model_alias",
+            SMOLLM2_ALIAS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--n_threads",
+            str(self.threads),
+            "--n_threads_batch",
+            str(self.threads),
+            "--seed",
+            "1234",
+            *(["--ssl_certfile", self._tls_files[0], "--ssl_keyfile", self._tls_files[1]] if self._tls_files else []),
+            *self.extra_args,
+        ]
 
     def build_env(self) -> dict[str, str]:
         env = super().build_env()
@@ -154,18 +179,38 @@ class KatanServer(_HttpServer):
     name = "llm-katan"
     ready_path = "/health"
 
-    def __init__(self, port: int | None = None, workdir: str | None = None, served_model: str = "katan-echo",
-                 providers: Iterable[str] = KATAN_PROVIDERS, options: dict[str, object] | None = None):
+    def __init__(
+        self,
+        port: int | None = None,
+        workdir: str | None = None,
+        served_model: str = "katan-echo",
+        providers: Iterable[str] = KATAN_PROVIDERS,
+        options: dict[str, object] | None = None,
+    ):
         super().__init__(port, workdir)
         self.served_model = served_model
         self.providers = list(providers)
         self.options = dict(options or {})
 
     def build_argv(self) -> list[str]:
-        argv = [tool("llm-katan"), "--model", self.served_model, "--backend", "echo", "--host", "127.0.0.1",
-                "--port", str(self.port), "--providers", ",".join(self.providers),
-                "--stats-file", str(self.workdir / "katan-stats.json"), "--disable-dashboard",
-                "--log-level", "warning"]  # fmt: skip
+        argv = [
+            tool("llm-katan"),
+            "--model",
+            self.served_model,
+            "--backend",
+            "echo",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--providers",
+            ",".join(self.providers),
+            "--stats-file",
+            str(self.workdir / "katan-stats.json"),
+            "--disable-dashboard",
+            "--log-level",
+            "warning",
+        ]
         for k, v in self.options.items():
             argv += [f"--{k}", str(v)]
         return argv
@@ -181,8 +226,17 @@ def proxy_env(proxy_url: str, ca_path: str) -> dict[str, str]:
     env = dict(os.environ)
     for k in ("ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_DIR"):
         env.pop(k, None)
-    env.update({"HTTPS_PROXY": proxy_url, "HTTP_PROXY": proxy_url, "https_proxy": proxy_url, "http_proxy": proxy_url,
-                "SSL_CERT_FILE": ca_path, "REQUESTS_CA_BUNDLE": ca_path, "CURL_CA_BUNDLE": ca_path})  # fmt: skip
+    env.update(
+        {
+            "HTTPS_PROXY": proxy_url,
+            "HTTP_PROXY": proxy_url,
+            "https_proxy": proxy_url,
+            "http_proxy": proxy_url,
+            "SSL_CERT_FILE": ca_path,
+            "REQUESTS_CA_BUNDLE": ca_path,
+            "CURL_CA_BUNDLE": ca_path,
+        }
+    )
     return env
 
 

@@ -26,8 +26,11 @@ def test_every_bench_suite_runs_at_smoke_size(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run_all.py"), "--smoke", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["failed"] == []

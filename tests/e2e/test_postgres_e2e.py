@@ -17,14 +17,22 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(90)]
 def test_observer_on_postgresql(upstream: UpstreamServer, pg_migrated_url: str) -> None:
     tid = "pg-e2e-1"
     body = json.dumps(
-        {"version": "1.0", "stream": True, "model": "example-model", "metadata": {"request_id": REQUEST_ID, "session_id": tid},
-         "messages": [{"role": "user", "content": "What is the weather in Vienna?"}]}
-    ).encode()  # fmt: skip
+        {
+            "version": "1.0",
+            "stream": True,
+            "model": "example-model",
+            "metadata": {"request_id": REQUEST_ID, "session_id": tid},
+            "messages": [{"role": "user", "content": "What is the weather in Vienna?"}],
+        }
+    ).encode()
     with ObserverProcess(db_url=pg_migrated_url) as obs:
         res = stream_request(
-            upstream.url(f"/v1/stream?script=complete_example&gap_ms=20&tid={tid}"), proxy=obs.proxy_url,
-            ca_path=obs.ca_path, content=body, headers={"Content-Type": LLM_CONTENT_TYPE},
-        )  # fmt: skip
+            upstream.url(f"/v1/stream?script=complete_example&gap_ms=20&tid={tid}"),
+            proxy=obs.proxy_url,
+            ca_path=obs.ca_path,
+            content=body,
+            headers={"Content-Type": LLM_CONTENT_TYPE},
+        )
         assert res.error is None
         rec = obs.api().wait_tid(tid)
     assert_subset(
@@ -36,7 +44,14 @@ def test_observer_on_postgresql(upstream: UpstreamServer, pg_migrated_url: str) 
             "request_id": REQUEST_ID,
             "model": "example-model",
             "text": "The weather in Vienna is 24C and sunny.",
-            "blocks": [{"index": 0, "type": "text", "text": "The weather in Vienna is 24C and sunny.", "stop_reason": "end_turn"}],
+            "blocks": [
+                {
+                    "index": 0,
+                    "type": "text",
+                    "text": "The weather in Vienna is 24C and sunny.",
+                    "stop_reason": "end_turn",
+                }
+            ],
             "usage": {"input_tokens": 42, "output_tokens": 8, "reported": True},
             "stop_reason": "end_turn",
             "outcome": "completed",

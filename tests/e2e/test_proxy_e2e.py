@@ -62,7 +62,9 @@ def new_tid() -> str:
     return "e2e-" + uuid.uuid4().hex[:12]
 
 
-def llm_request(tid: str, messages: list[dict[str, Any]] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def llm_request(
+    tid: str, messages: list[dict[str, Any]] | None = None, tools: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "version": "1.0",
         "model": REQUEST_MODEL,
@@ -83,6 +85,7 @@ def violation_kinds(rec: dict[str, Any]) -> list[str]:
 def check_times(rec: dict[str, Any]) -> None:
     assert isinstance(rec["started_at"], str) and RFC3339_Z.match(rec["started_at"]), rec["started_at"]
     assert isinstance(rec["ended_at"], str) and RFC3339_Z.match(rec["ended_at"]), rec["ended_at"]
+
     # Same format and UTC: lexicographic order is time order once the fractions are aligned.
     def norm(s: str) -> str:
         head, _, frac = s[:-1].partition(".")
@@ -161,11 +164,17 @@ def path_matches(rec_path: str | None, path: str) -> bool:
 
 
 @pytest.mark.parametrize("tls,http2,gzip,http_version", TRANSPORTS)
-def test_complete_stream(proxy, upstream: UpstreamServer, tls: bool, http2: bool, gzip: bool, http_version: str) -> None:
+def test_complete_stream(
+    proxy, upstream: UpstreamServer, tls: bool, http2: bool, gzip: bool, http_version: str
+) -> None:
     tid = new_tid()
     url = upstream.url(f"/v1/stream?script=complete_example&tid={tid}" + ("&gzip=1" if gzip else ""), tls=tls)
     req = llm_request(tid)
-    headers = {"Content-Type": LLM_CONTENT_TYPE, "Accept": "text/event-stream", "Accept-Encoding": "gzip" if gzip else "identity"}
+    headers = {
+        "Content-Type": LLM_CONTENT_TYPE,
+        "Accept": "text/event-stream",
+        "Accept-Encoding": "gzip" if gzip else "identity",
+    }
     body = json.dumps(req).encode()
     res = stream_request(url, proxy=proxy.proxy_url, ca_path=proxy.ca_path, http2=http2, content=body, headers=headers)
     up_ex = upstream.wait_exchange(tid)
@@ -197,8 +206,17 @@ def test_complete_stream(proxy, upstream: UpstreamServer, tls: bool, http2: bool
     items = proxy.api.list(limit=20)["items"]
     item = next((i for i in items if i["id"] == rec["id"]), None)
     assert item is not None, f"record {rec['id']} missing from the list"
-    assert_subset(item, {"id": rec["id"], "host": "127.0.0.1", "dialect": "llm-stream-1.0", "model": "example-model",
-                         "outcome": "completed", "started_at": rec["started_at"]})
+    assert_subset(
+        item,
+        {
+            "id": rec["id"],
+            "host": "127.0.0.1",
+            "dialect": "llm-stream-1.0",
+            "model": "example-model",
+            "outcome": "completed",
+            "started_at": rec["started_at"],
+        },
+    )
     assert path_matches(item.get("path"), "/v1/stream")
 
 
@@ -207,8 +225,12 @@ def test_content_type_with_parameters_and_case(proxy, upstream: UpstreamServer) 
     tid = new_tid()
     body = json.dumps(llm_request(tid)).encode()
     ct = "Application/LLM-Request+JSON; charset=utf-8; version=1.0"
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid}&gap_ms=20"), proxy=proxy.proxy_url, content=body,
-                         headers={"Content-Type": ct})
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid}&gap_ms=20"),
+        proxy=proxy.proxy_url,
+        content=body,
+        headers={"Content-Type": ct},
+    )
     up_ex = upstream.wait_exchange(tid)
     check_passive(up_ex, body, {"content-type": ct})
     assert res.error is None and res.body == up_ex.raw_body
@@ -222,8 +244,12 @@ def test_credentials_not_recorded(proxy, upstream: UpstreamServer) -> None:
     """API keys in headers or in the query string never reach the record (draft §8.1)."""
     tid = new_tid()
     secret_q, secret_h = "sk-query-" + uuid.uuid4().hex, "sk-header-" + uuid.uuid4().hex
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid}&gap_ms=20&api_key={secret_q}"), proxy=proxy.proxy_url,
-                         json_body=llm_request(tid), headers={"Authorization": f"Bearer {secret_h}", "x-api-key": secret_h})
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid}&gap_ms=20&api_key={secret_q}"),
+        proxy=proxy.proxy_url,
+        json_body=llm_request(tid),
+        headers={"Authorization": f"Bearer {secret_h}", "x-api-key": secret_h},
+    )
     up_ex = upstream.wait_exchange(tid)
     assert up_ex.header("authorization") == f"Bearer {secret_h}" and up_ex.query.get("api_key") == secret_q
     assert res.error is None and res.body == up_ex.raw_body
@@ -242,31 +268,43 @@ def test_credentials_not_recorded(proxy, upstream: UpstreamServer) -> None:
 
 def test_tool_flow(proxy, upstream: UpstreamServer) -> None:
     tid = new_tid()
-    req = llm_request(tid, messages=[{"role": "user", "content": "What is the weather in Vienna?"}], tools=[WEATHER_TOOL])
-    res = stream_request(upstream.url(f"/v1/stream?script=tool_flow&tid={tid}", tls=True), proxy=proxy.proxy_url,
-                         ca_path=proxy.ca_path, http2=True, json_body=req)
+    req = llm_request(
+        tid, messages=[{"role": "user", "content": "What is the weather in Vienna?"}], tools=[WEATHER_TOOL]
+    )
+    res = stream_request(
+        upstream.url(f"/v1/stream?script=tool_flow&tid={tid}", tls=True),
+        proxy=proxy.proxy_url,
+        ca_path=proxy.ca_path,
+        http2=True,
+        json_body=req,
+    )
     up_ex = upstream.wait_exchange(tid)
     check_streamed(res, up_ex)
     if not proxy.records:
         return
     rec = proxy.api.wait_tid(tid)
-    assert_subset(rec, {
-        "dialect": "llm-stream-1.0",
-        "http_version": "HTTP/2.0",
-        "status_code": 200,
-        "request_id": REQUEST_ID,
-        "model": "example-model",
-        "request_model": REQUEST_MODEL,
-        "text": "",
-        "tool_calls": [{"index": 0, "id": "call_1", "name": "get_weather", "arguments": TOOL_ARGUMENTS, "declared": True}],
-        "usage": {"input_tokens": 57, "output_tokens": 12, "reported": True},
-        "stop_reason": "tool_use",
-        "stop_reason_raw": "tool_use",
-        "error": None,
-        "outcome": "completed",
-        "violations": [],
-        "request": {"tools": [WEATHER_TOOL], "messages": req["messages"]},
-    })
+    assert_subset(
+        rec,
+        {
+            "dialect": "llm-stream-1.0",
+            "http_version": "HTTP/2.0",
+            "status_code": 200,
+            "request_id": REQUEST_ID,
+            "model": "example-model",
+            "request_model": REQUEST_MODEL,
+            "text": "",
+            "tool_calls": [
+                {"index": 0, "id": "call_1", "name": "get_weather", "arguments": TOOL_ARGUMENTS, "declared": True}
+            ],
+            "usage": {"input_tokens": 57, "output_tokens": 12, "reported": True},
+            "stop_reason": "tool_use",
+            "stop_reason_raw": "tool_use",
+            "error": None,
+            "outcome": "completed",
+            "violations": [],
+            "request": {"tools": [WEATHER_TOOL], "messages": req["messages"]},
+        },
+    )
     check_times(rec)
 
 
@@ -274,16 +312,23 @@ def test_undeclared_tool_is_flagged(proxy, upstream: UpstreamServer) -> None:
     """Draft §8.2: a tool.call for a tool the request did not declare -> declared false + violation."""
     tid = new_tid()
     req = llm_request(tid, messages=[{"role": "user", "content": "What is the weather in Vienna?"}], tools=[])
-    res = stream_request(upstream.url(f"/v1/stream?script=tool_flow&tid={tid}&gap_ms=20"), proxy=proxy.proxy_url, json_body=req)
+    res = stream_request(
+        upstream.url(f"/v1/stream?script=tool_flow&tid={tid}&gap_ms=20"), proxy=proxy.proxy_url, json_body=req
+    )
     up_ex = upstream.wait_exchange(tid)
     assert res.error is None and res.body == up_ex.raw_body
     if not proxy.records:
         return
     rec = proxy.api.wait_tid(tid)
-    assert_subset(rec, {
-        "outcome": "completed",
-        "tool_calls": [{"index": 0, "id": "call_1", "name": "get_weather", "arguments": TOOL_ARGUMENTS, "declared": False}],
-    })
+    assert_subset(
+        rec,
+        {
+            "outcome": "completed",
+            "tool_calls": [
+                {"index": 0, "id": "call_1", "name": "get_weather", "arguments": TOOL_ARGUMENTS, "declared": False}
+            ],
+        },
+    )
     assert "undeclared_tool" in violation_kinds(rec), rec["violations"]
 
 
@@ -301,8 +346,14 @@ def _deltas_seen(n: int):
 @pytest.mark.parametrize("tls,http2", [pytest.param(False, False, id="h1"), pytest.param(True, True, id="h2-tls")])
 def test_client_abort(proxy, upstream: UpstreamServer, tls: bool, http2: bool) -> None:
     tid = new_tid()
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid}", tls=tls), proxy=proxy.proxy_url, ca_path=proxy.ca_path,
-                         http2=http2, json_body=llm_request(tid), stop_when=_deltas_seen(2))
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid}", tls=tls),
+        proxy=proxy.proxy_url,
+        ca_path=proxy.ca_path,
+        http2=http2,
+        json_body=llm_request(tid),
+        stop_when=_deltas_seen(2),
+    )
     assert res.closed_early and res.error is None
     seen = res.body
     assert seen.startswith(b"".join(render_event(e) for e in script_complete_example()[:3]))
@@ -310,15 +361,19 @@ def test_client_abort(proxy, upstream: UpstreamServer, tls: bool, http2: bool) -
         upstream.wait_exchange(tid)
         return
     rec = proxy.api.wait_tid(tid)
-    assert_subset(rec, {
-        "dialect": "llm-stream-1.0",
-        "status_code": 200,
-        "request_id": REQUEST_ID,
-        "model": "example-model",
-        "outcome": "client_aborted",
-        "stop_reason": None,
-        "error": None,
-    }, context=f"transport_error={rec.get('transport_error')!r}")
+    assert_subset(
+        rec,
+        {
+            "dialect": "llm-stream-1.0",
+            "status_code": 200,
+            "request_id": REQUEST_ID,
+            "model": "example-model",
+            "outcome": "client_aborted",
+            "stop_reason": None,
+            "error": None,
+        },
+        context=f"transport_error={rec.get('transport_error')!r}",
+    )
     # At least what the client saw; the proxy may have relayed a little more before noticing.
     assert rec["text"].startswith("The weather"), rec["text"]
     assert COMPLETE_TEXT.startswith(rec["text"]), rec["text"]
@@ -335,9 +390,13 @@ def test_client_abort_h2_rst_stream(proxy, upstream: UpstreamServer) -> None:
     tid = new_tid()
     api = proxy.api
     res, rec = h2_request_then_cancel(
-        upstream.url(f"/v1/stream?tid={tid}", tls=True), proxy=proxy.proxy_url, ca_path=proxy.ca_path,
-        content=json.dumps(llm_request(tid)).encode(), headers={"content-type": LLM_CONTENT_TYPE},
-        cancel_when=_deltas_seen(2), hold_until=(lambda: api.find(lambda r: record_has_tid(r, tid))) if api else None,
+        upstream.url(f"/v1/stream?tid={tid}", tls=True),
+        proxy=proxy.proxy_url,
+        ca_path=proxy.ca_path,
+        content=json.dumps(llm_request(tid)).encode(),
+        headers={"content-type": LLM_CONTENT_TYPE},
+        cancel_when=_deltas_seen(2),
+        hold_until=(lambda: api.find(lambda r: record_has_tid(r, tid))) if api else None,
     )
     assert res.error is None, repr(res.error)
     assert res.status == 200 and res.closed_early
@@ -347,8 +406,11 @@ def test_client_abort_h2_rst_stream(proxy, upstream: UpstreamServer) -> None:
     if not proxy.records:
         return
     assert rec is not None, "no record while the client's connection stayed open after RST_STREAM"
-    assert_subset(rec, {"http_version": "HTTP/2.0", "status_code": 200, "outcome": "client_aborted", "stop_reason": None},
-                  context=f"transport_error={rec.get('transport_error')!r}")
+    assert_subset(
+        rec,
+        {"http_version": "HTTP/2.0", "status_code": 200, "outcome": "client_aborted", "stop_reason": None},
+        context=f"transport_error={rec.get('transport_error')!r}",
+    )
     assert rec["text"].startswith("The weather") and COMPLETE_TEXT.startswith(rec["text"]), rec["text"]
     assert "missing_stream_end" in violation_kinds(rec), rec["violations"]
     assert rec["transport_error"]
@@ -358,16 +420,24 @@ def test_client_abort_h2_rst_stream(proxy, upstream: UpstreamServer) -> None:
 # 4. upstream drops the connection after 3 events
 
 
-@pytest.mark.parametrize("tls,http2,http_version,mode", [
-    pytest.param(False, False, "HTTP/1.1", "close", id="h1"),
-    pytest.param(True, False, "HTTP/1.1", "close", id="h1-tls"),
-    pytest.param(True, True, "HTTP/2.0", "rst", id="h2-tls-rst"),
-    pytest.param(True, True, "HTTP/2.0", "close", id="h2-tls-tcp-close"),
-])
+@pytest.mark.parametrize(
+    "tls,http2,http_version,mode",
+    [
+        pytest.param(False, False, "HTTP/1.1", "close", id="h1"),
+        pytest.param(True, False, "HTTP/1.1", "close", id="h1-tls"),
+        pytest.param(True, True, "HTTP/2.0", "rst", id="h2-tls-rst"),
+        pytest.param(True, True, "HTTP/2.0", "close", id="h2-tls-tcp-close"),
+    ],
+)
 def test_upstream_abort(proxy, upstream: UpstreamServer, tls: bool, http2: bool, http_version: str, mode: str) -> None:
     tid = new_tid()
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid}&abort_after=3&abort_mode={mode}", tls=tls), proxy=proxy.proxy_url,
-                         ca_path=proxy.ca_path, http2=http2, json_body=llm_request(tid))
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid}&abort_after=3&abort_mode={mode}", tls=tls),
+        proxy=proxy.proxy_url,
+        ca_path=proxy.ca_path,
+        http2=http2,
+        json_body=llm_request(tid),
+    )
     up_ex = upstream.wait_exchange(tid)
     assert up_ex.aborted
     assert res.status == 200
@@ -376,18 +446,22 @@ def test_upstream_abort(proxy, upstream: UpstreamServer, tls: bool, http2: bool,
     if not proxy.records:
         return
     rec = proxy.api.wait_tid(tid)
-    assert_subset(rec, {
-        "dialect": "llm-stream-1.0",
-        "http_version": http_version,
-        "status_code": 200,
-        "request_id": REQUEST_ID,
-        "model": "example-model",
-        "text": "The weather",
-        "outcome": "truncated",
-        "stop_reason": None,
-        "usage": {"input_tokens": None, "output_tokens": None, "reported": False},
-        "events": 3,
-    }, context=f"transport_error={rec.get('transport_error')!r}")
+    assert_subset(
+        rec,
+        {
+            "dialect": "llm-stream-1.0",
+            "http_version": http_version,
+            "status_code": 200,
+            "request_id": REQUEST_ID,
+            "model": "example-model",
+            "text": "The weather",
+            "outcome": "truncated",
+            "stop_reason": None,
+            "usage": {"input_tokens": None, "output_tokens": None, "reported": False},
+            "events": 3,
+        },
+        context=f"transport_error={rec.get('transport_error')!r}",
+    )
     assert "missing_stream_end" in violation_kinds(rec), rec["violations"]
     assert rec["transport_error"], "the proxy's error message should be kept"
     check_times(rec)
@@ -401,25 +475,36 @@ def test_plain_json_not_recorded(proxy, upstream: UpstreamServer) -> None:
     before = proxy.api.all_items() if proxy.records else []
     tid_json = new_tid()
     with httpx.Client(proxy=proxy.proxy_url, trust_env=False, timeout=10) as c:
-        r = c.post(upstream.url(f"/v1/json?tid={tid_json}"), json={"model": REQUEST_MODEL, "metadata": {"session_id": tid_json}})
+        r = c.post(
+            upstream.url(f"/v1/json?tid={tid_json}"),
+            json={"model": REQUEST_MODEL, "metadata": {"session_id": tid_json}},
+        )
     assert r.status_code == 200 and r.json()["object"] == "answer"
     assert upstream.wait_exchange(tid_json).header("content-type") == "application/json"
     # An SSE response to a non-LLM request (plain JSON content type) passes through unrecorded too.
     tid_sse = new_tid()
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid_sse}&gap_ms=20"), proxy=proxy.proxy_url,
-                         content=b'{"model":"x"}', headers={"Content-Type": "application/json"})
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid_sse}&gap_ms=20"),
+        proxy=proxy.proxy_url,
+        content=b'{"model":"x"}',
+        headers={"Content-Type": "application/json"},
+    )
     up_sse = upstream.wait_exchange(tid_sse)
     assert res.error is None and res.body == up_sse.raw_body
     if not proxy.records:
         return
     # A marker: an observed request sent after both; once it is stored, the others would be too.
     tid_marker = new_tid()
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid_marker}&gap_ms=10"), proxy=proxy.proxy_url, json_body=llm_request(tid_marker))
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid_marker}&gap_ms=10"), proxy=proxy.proxy_url, json_body=llm_request(tid_marker)
+    )
     assert res.error is None
     marker = proxy.api.wait_tid(tid_marker)
     after = proxy.api.all_items()
     new_ids = {i["id"] for i in after} - {i["id"] for i in before}
-    assert new_ids == {marker["id"]}, f"unexpected new records: {[proxy.api.detail(i) for i in new_ids - {marker['id']}]}"
+    assert new_ids == {marker["id"]}, (
+        f"unexpected new records: {[proxy.api.detail(i) for i in new_ids - {marker['id']}]}"
+    )
     assert not any(path_matches(i.get("path"), "/v1/json") for i in after)
 
 
@@ -429,22 +514,27 @@ def test_plain_json_not_recorded(proxy, upstream: UpstreamServer) -> None:
 
 def test_http_error(proxy, upstream: UpstreamServer) -> None:
     tid = new_tid()
-    res = stream_request(upstream.url(f"/v1/stream?tid={tid}&status=429"), proxy=proxy.proxy_url, json_body=llm_request(tid))
+    res = stream_request(
+        upstream.url(f"/v1/stream?tid={tid}&status=429"), proxy=proxy.proxy_url, json_body=llm_request(tid)
+    )
     up_ex = upstream.wait_exchange(tid)
     assert res.error is None and res.status == 429
     assert res.body == up_ex.raw_body
     if not proxy.records:
         return
     rec = proxy.api.wait_tid(tid)
-    assert_subset(rec, {
-        "dialect": "llm-stream-1.0",
-        "method": "POST",
-        "host": "127.0.0.1",
-        "status_code": 429,
-        "outcome": "http_error",
-        "text": "",
-        "request_model": REQUEST_MODEL,
-    })
+    assert_subset(
+        rec,
+        {
+            "dialect": "llm-stream-1.0",
+            "method": "POST",
+            "host": "127.0.0.1",
+            "status_code": 429,
+            "outcome": "http_error",
+            "text": "",
+            "request_model": REQUEST_MODEL,
+        },
+    )
     assert rec["response_body"] and ERROR_BODY["error"]["message"] in rec["response_body"], rec["response_body"]
     check_times(rec)
 
@@ -470,16 +560,31 @@ def test_api_auth(proxy) -> None:
 @pytest.mark.parametrize(
     ("option", "value", "said"),
     [
-        ("observer_worker_buffer_mb", "abc",
-         "observer: Failed to parse option observer_worker_buffer_mb: not an integer: abc; not recording"),
-        ("observer_worker_buffer_mb", "0", "observer: observer_worker_buffer_mb must be 1-4096 (MiB), got 0; not recording"),
-        ("observer_max_event_byte", "1", "observer: --set observer_max_event_byte is not an option (did you mean "
-                                         "observer_max_event_bytes?); not recording"),
-        ("observer_dialect_registry", "os:getcwd", "observer: observer_dialect_registry: ValueError: os:getcwd "
-                                                   "returned str, not a DialectRegistry; not recording"),
+        (
+            "observer_worker_buffer_mb",
+            "abc",
+            "observer: Failed to parse option observer_worker_buffer_mb: not an integer: abc; not recording",
+        ),
+        (
+            "observer_worker_buffer_mb",
+            "0",
+            "observer: observer_worker_buffer_mb must be 1-4096 (MiB), got 0; not recording",
+        ),
+        (
+            "observer_max_event_byte",
+            "1",
+            "observer: --set observer_max_event_byte is not an option (did you mean "
+            "observer_max_event_bytes?); not recording",
+        ),
+        (
+            "observer_dialect_registry",
+            "os:getcwd",
+            "observer: observer_dialect_registry: ValueError: os:getcwd "
+            "returned str, not a DialectRegistry; not recording",
+        ),
     ],
     ids=["unparsable", "out_of_range", "typo", "bad_registry"],
-)  # fmt: skip
+)
 def test_mitmdump_with_a_bad_observer_option_exits_and_says_why(tmp_path, option, value, said):
     """Trial findings: ``mitmdump -s addons/llm_audit.py --set observer_worker_buffer_mb=abc``
     printed nothing, proxied traffic and recorded none of it (mitmproxy's script loader dropped
@@ -491,8 +596,12 @@ def test_mitmdump_with_a_bad_observer_option_exits_and_says_why(tmp_path, option
     from tests.e2e.harness import REPO, MitmdumpProcess
 
     db = tmp_path / "x.db"
-    m = MitmdumpProcess(REPO / "addons" / "llm_audit.py", workdir=str(tmp_path), quiet=False,
-                        sets={"observer_db": f"sqlite:///{db}", option: value})  # fmt: skip
+    m = MitmdumpProcess(
+        REPO / "addons" / "llm_audit.py",
+        workdir=str(tmp_path),
+        quiet=False,
+        sets={"observer_db": f"sqlite:///{db}", option: value},
+    )
     done = subprocess.run(m.build_argv(), capture_output=True, text=True, timeout=30, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out

@@ -41,12 +41,16 @@ from tests.e2e.servers import (
 )
 from tests.e2e.test_sdk_clients import SdkRun, TimedTransport, assert_record_equals_sdk, is_api_error
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]  # fmt: skip
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 KATAN_TTFT_MS = 150
 KATAN_ITL_MS = 15
 
@@ -73,8 +77,9 @@ def katan(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KatanServer]:
     ok, why = katan_available()
     if not ok:
         pytest.skip(why)
-    server = KatanServer(workdir=str(tmp_path_factory.mktemp("katan")),
-                         options={"ttft-ms": KATAN_TTFT_MS, "itl-ms": KATAN_ITL_MS})  # fmt: skip
+    server = KatanServer(
+        workdir=str(tmp_path_factory.mktemp("katan")), options={"ttft-ms": KATAN_TTFT_MS, "itl-ms": KATAN_ITL_MS}
+    )
     server.start(timeout=30)
     try:
         yield server
@@ -96,19 +101,26 @@ def recorded(proxy: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 def openai_client(base_url: str, proxy: Any, run: SdkRun, **kw: Any) -> Any:
     openai = pytest.importorskip("openai")
 
-    http = openai.DefaultHttpxClient(transport=TimedTransport(proxy.proxy_url, ca_context(proxy.ca_path), run.chunks),
-                                     trust_env=False)  # fmt: skip
+    http = openai.DefaultHttpxClient(
+        transport=TimedTransport(proxy.proxy_url, ca_context(proxy.ca_path), run.chunks), trust_env=False
+    )
     return openai.OpenAI(base_url=base_url, api_key="sk-local", http_client=http, max_retries=0, **kw)
 
 
 def anthropic_client(base_url: str, proxy: Any, run: SdkRun) -> Any:
     anthropic = pytest.importorskip("anthropic")
 
-    http = anthropic.DefaultHttpxClient(transport=TimedTransport(proxy.proxy_url, ca_context(proxy.ca_path), run.chunks),
-                                        trust_env=False)  # fmt: skip
+    http = anthropic.DefaultHttpxClient(
+        transport=TimedTransport(proxy.proxy_url, ca_context(proxy.ca_path), run.chunks), trust_env=False
+    )
     # anthropic 2.x sends the key as ``Authorization: Bearer``; llm-katan checks ``x-api-key``.
-    return anthropic.Anthropic(base_url=base_url, api_key="sk-ant-local", http_client=http, max_retries=0,
-                               default_headers={"x-api-key": "sk-ant-local"})  # fmt: skip
+    return anthropic.Anthropic(
+        base_url=base_url,
+        api_key="sk-ant-local",
+        http_client=http,
+        max_retries=0,
+        default_headers={"x-api-key": "sk-ant-local"},
+    )
 
 
 def genai_client(base_url: str, proxy: Any, run: SdkRun) -> Any:
@@ -117,12 +129,19 @@ def genai_client(base_url: str, proxy: Any, run: SdkRun) -> Any:
     from google import genai
     from google.genai import types
 
-    http = httpx2.Client(transport=TimedTransport(proxy.proxy_url, ca_context(proxy.ca_path), run.chunks),
-                         trust_env=False, timeout=30.0)  # fmt: skip
+    http = httpx2.Client(
+        transport=TimedTransport(proxy.proxy_url, ca_context(proxy.ca_path), run.chunks), trust_env=False, timeout=30.0
+    )
     # google-genai sends ``x-goog-api-key``; llm-katan wants ``Authorization`` (or ``?key=``).
-    client = genai.Client(api_key="gemini-local", http_options=types.HttpOptions(
-        base_url=base_url + "/", headers={"Authorization": "Bearer gemini-local"}, httpx_client=http,
-        retry_options=types.HttpRetryOptions(attempts=1)))  # fmt: skip
+    client = genai.Client(
+        api_key="gemini-local",
+        http_options=types.HttpOptions(
+            base_url=base_url + "/",
+            headers={"Authorization": "Bearer gemini-local"},
+            httpx_client=http,
+            retry_options=types.HttpRetryOptions(attempts=1),
+        ),
+    )
     client._e2e_http = http  # type: ignore[attr-defined] - genai does not close a client it was given
     return client
 
@@ -152,8 +171,10 @@ def chat_stream(client: Any, run: SdkRun, **params: Any) -> SdkRun:
 def _from_chat(final: Any, run: SdkRun) -> SdkRun:
     choice = final.choices[0]
     run.text = choice.message.content or ""
-    run.tool_calls = [{"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
-                      for tc in choice.message.tool_calls or []]  # fmt: skip
+    run.tool_calls = [
+        {"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
+        for tc in choice.message.tool_calls or []
+    ]
     run.stop_raw = choice.finish_reason
     if final.usage is not None:
         run.input_tokens, run.output_tokens = final.usage.prompt_tokens, final.usage.completion_tokens
@@ -175,12 +196,17 @@ def anthropic_stream(client: Any, run: SdkRun, **params: Any) -> SdkRun:
 def _from_genai(chunks: list[Any], run: SdkRun) -> SdkRun:
     for chunk in chunks:
         for cand in chunk.candidates or []:
-            for part in (cand.content.parts if cand.content and cand.content.parts else []):
+            for part in cand.content.parts if cand.content and cand.content.parts else []:
                 if part.text and not part.thought:
                     run.text += part.text
                 if part.function_call is not None and part.function_call.name:
-                    run.tool_calls.append({"id": part.function_call.id, "name": part.function_call.name,
-                                           "arguments": part.function_call.args})  # fmt: skip
+                    run.tool_calls.append(
+                        {
+                            "id": part.function_call.id,
+                            "name": part.function_call.name,
+                            "arguments": part.function_call.args,
+                        }
+                    )
             if cand.finish_reason is not None:
                 run.stop_raw = getattr(cand.finish_reason, "value", str(cand.finish_reason))
         um = chunk.usage_metadata
@@ -213,9 +239,14 @@ def test_llama_streams_real_tokens(llama: LlamaCppServer, recorded: Any) -> None
     SDK accumulated; the same request sent directly (no proxy) gives the same text (temperature
     0: the proxy changed nothing)."""
     require_dialect("openai.chat")
-    params = {"model": llama.model, "temperature": 0, "max_tokens": 40, "seed": 7,
-              "messages": [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
-              "stream_options": {"include_usage": True}}  # fmt: skip
+    params = {
+        "model": llama.model,
+        "temperature": 0,
+        "max_tokens": 40,
+        "seed": 7,
+        "messages": [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+        "stream_options": {"include_usage": True},
+    }
     records = NewRecords(recorded.api)
     run = SdkRun()
     client = openai_client(llama.base_url + "/v1", recorded, run)
@@ -235,8 +266,12 @@ def test_llama_streams_real_tokens(llama: LlamaCppServer, recorded: Any) -> None
     assert rec["events"] >= len(run.times) - 1
     import openai
 
-    direct = openai.OpenAI(base_url=llama.base_url + "/v1", api_key="sk-local", max_retries=0,
-                           http_client=openai.DefaultHttpxClient(trust_env=False))  # fmt: skip
+    direct = openai.OpenAI(
+        base_url=llama.base_url + "/v1",
+        api_key="sk-local",
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
     again = chat_stream(direct, SdkRun(), **params)
     direct.close()
     assert again.text == run.text, "temperature 0 through the proxy and directly differ"
@@ -251,7 +286,11 @@ def test_llama_streams_forced_tool_call(llama: LlamaCppServer, recorded: Any) ->
     run = SdkRun()
     client = openai_client(llama.base_url + "/v1", recorded, run)
     with client.chat.completions.stream(
-        model=llama.model, temperature=0, max_tokens=48, seed=7, tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        model=llama.model,
+        temperature=0,
+        max_tokens=48,
+        seed=7,
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
         messages=[{"role": "user", "content": "What is the weather in Paris?"}],
     ) as stream:
@@ -270,7 +309,8 @@ def test_llama_streams_forced_tool_call(llama: LlamaCppServer, recorded: Any) ->
     got = [(t["id"], t["name"], t["arguments"]) for t in rec["tool_calls"]]
     assert got == [(frags[0].id, "get_weather", wire_args)], (
         f"one call was streamed (each fragment in delta.tool_calls AND mirrored in the legacy "
-        f"delta.function_call); the record has {len(got)}: {got}")  # fmt: skip
+        f"delta.function_call); the record has {len(got)}: {got}"
+    )
     assert json.loads(wire_args)["city"]
     assert rec["tool_calls"][0]["declared"] is True
     assert rec["stop_reason_raw"] == "tool_calls" and rec["stop_reason"] == "tool_use"
@@ -283,8 +323,9 @@ def test_llama_non_streaming_answer(llama: LlamaCppServer, recorded: Any) -> Non
     records = NewRecords(recorded.api)
     run = SdkRun()
     client = openai_client(llama.base_url + "/v1", recorded, run)
-    final = client.chat.completions.create(model=llama.model, temperature=0, max_tokens=24, seed=7,
-                                           messages=[{"role": "user", "content": "Say hi."}])  # fmt: skip
+    final = client.chat.completions.create(
+        model=llama.model, temperature=0, max_tokens=24, seed=7, messages=[{"role": "user", "content": "Say hi."}]
+    )
     close(client)
     _from_chat(final, run)
     rec = records.one()
@@ -317,8 +358,11 @@ def test_katan_openai_tool_call_non_streaming(katan: KatanServer, recorded: Any)
     records = NewRecords(recorded.api)
     run = SdkRun()
     client = openai_client(katan.base_url + "/v1", recorded, run)
-    final = client.chat.completions.create(model="gpt-4o-mini", tools=[WEATHER_TOOL],  # type: ignore[list-item]
-                                           messages=[{"role": "user", "content": "Weather in Vienna?"}])  # fmt: skip
+    final = client.chat.completions.create(
+        model="gpt-4o-mini",
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        messages=[{"role": "user", "content": "Weather in Vienna?"}],
+    )
     close(client)
     _from_chat(final, run)
     rec = records.one()
@@ -333,16 +377,28 @@ def test_katan_openai_stream_with_tools_answers_json(katan: KatanServer, recorde
     require_dialect("openai.chat")
     records = NewRecords(recorded.api)
     with httpx.Client(proxy=recorded.proxy_url, verify=ca_context(recorded.ca_path), trust_env=False, timeout=30) as c:
-        r = c.post(katan.base_url + "/v1/chat/completions", headers={"Authorization": "Bearer sk-local"},
-                   json={"model": "gpt-4o-mini", "stream": True, "tools": [WEATHER_TOOL],
-                         "messages": [{"role": "user", "content": "Weather in Vienna?"}]})  # fmt: skip
+        r = c.post(
+            katan.base_url + "/v1/chat/completions",
+            headers={"Authorization": "Bearer sk-local"},
+            json={
+                "model": "gpt-4o-mini",
+                "stream": True,
+                "tools": [WEATHER_TOOL],
+                "messages": [{"role": "user", "content": "Weather in Vienna?"}],
+            },
+        )
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     body = r.json()
     rec = records.one()
     call = body["choices"][0]["message"]["tool_calls"][0]
     assert rec["outcome"] == "completed", rec
-    assert [(t["id"], t["name"], t["arguments"]) for t in rec["tool_calls"]] == [(call["id"], "get_weather", call["function"]["arguments"])]
-    assert (rec["usage"]["input_tokens"], rec["usage"]["output_tokens"]) == (body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"])
+    assert [(t["id"], t["name"], t["arguments"]) for t in rec["tool_calls"]] == [
+        (call["id"], "get_weather", call["function"]["arguments"])
+    ]
+    assert (rec["usage"]["input_tokens"], rec["usage"]["output_tokens"]) == (
+        body["usage"]["prompt_tokens"],
+        body["usage"]["completion_tokens"],
+    )
     assert rec["stop_reason_raw"] == "tool_calls"
 
 
@@ -351,8 +407,13 @@ def test_katan_anthropic_stream_text(katan: KatanServer, recorded: Any) -> None:
     records = NewRecords(recorded.api)
     run = SdkRun()
     client = anthropic_client(katan.base_url, recorded, run)
-    anthropic_stream(client, run, model="claude-sonnet-4-5", max_tokens=256,
-                     messages=[{"role": "user", "content": "Echo this sentence back."}])  # fmt: skip
+    anthropic_stream(
+        client,
+        run,
+        model="claude-sonnet-4-5",
+        max_tokens=256,
+        messages=[{"role": "user", "content": "Echo this sentence back."}],
+    )
     close(client)
     rec = records.one()
     record_matches(rec, run, dialect="anthropic.messages")
@@ -365,9 +426,19 @@ def test_katan_anthropic_stream_tool_use(katan: KatanServer, recorded: Any) -> N
     records = NewRecords(recorded.api)
     run = SdkRun()
     client = anthropic_client(katan.base_url, recorded, run)
-    tool = {"name": "get_weather", "description": "Current weather.", "input_schema": WEATHER_TOOL["function"]["parameters"]}  # type: ignore[index]
-    anthropic_stream(client, run, model="claude-sonnet-4-5", max_tokens=256, tools=[tool],
-                     messages=[{"role": "user", "content": "Weather in Vienna?"}])  # fmt: skip
+    tool = {
+        "name": "get_weather",
+        "description": "Current weather.",
+        "input_schema": WEATHER_TOOL["function"]["parameters"],
+    }  # type: ignore[index]
+    anthropic_stream(
+        client,
+        run,
+        model="claude-sonnet-4-5",
+        max_tokens=256,
+        tools=[tool],
+        messages=[{"role": "user", "content": "Weather in Vienna?"}],
+    )
     close(client)
     rec = records.one()
     record_matches(rec, run, dialect="anthropic.messages")
@@ -401,12 +472,19 @@ def test_katan_gemini_function_call(katan: KatanServer, recorded: Any) -> None:
     records = NewRecords(recorded.api)
     run = SdkRun()
     client = genai_client(katan.base_url, recorded, run)
-    decl = types.FunctionDeclaration(name="get_weather", description="Current weather.",
-                                     parameters_json_schema=WEATHER_TOOL["function"]["parameters"])  # type: ignore[index]
+    decl = types.FunctionDeclaration(
+        name="get_weather",
+        description="Current weather.",
+        parameters_json_schema=WEATHER_TOOL["function"]["parameters"],
+    )  # type: ignore[index]
     resp = client.models.generate_content(
-        model="gemini-2.5-flash", contents="Weather in Vienna?",
-        config=types.GenerateContentConfig(tools=[types.Tool(function_declarations=[decl])],
-                                           automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True)))  # fmt: skip
+        model="gemini-2.5-flash",
+        contents="Weather in Vienna?",
+        config=types.GenerateContentConfig(
+            tools=[types.Tool(function_declarations=[decl])],
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        ),
+    )
     close(client)
     _from_genai([resp], run)
     rec = records.one()
@@ -436,10 +514,17 @@ def test_katan_azure_openai(katan: KatanServer, recorded: Any) -> None:
 
     records = NewRecords(recorded.api)
     run = SdkRun()
-    http = openai.DefaultHttpxClient(transport=TimedTransport(recorded.proxy_url, ca_context(recorded.ca_path), run.chunks),
-                                     trust_env=False)  # fmt: skip
-    client = openai.AzureOpenAI(azure_endpoint=katan.base_url, azure_deployment="prod-gpt4o", api_version="2024-10-21",
-                                api_key="azure-local", http_client=http, max_retries=0)  # fmt: skip
+    http = openai.DefaultHttpxClient(
+        transport=TimedTransport(recorded.proxy_url, ca_context(recorded.ca_path), run.chunks), trust_env=False
+    )
+    client = openai.AzureOpenAI(
+        azure_endpoint=katan.base_url,
+        azure_deployment="prod-gpt4o",
+        api_version="2024-10-21",
+        api_key="azure-local",
+        http_client=http,
+        max_retries=0,
+    )
     chat_stream(client, run, model="prod-gpt4o", messages=[{"role": "user", "content": "Echo this back."}])
     close(client)
     rec = records.one()
@@ -473,13 +558,18 @@ def test_katan_bedrock_converse_stream_passes_unrecorded(katan: KatanServer, rec
     assert records._new() == [], "a record was stored for a dialect nobody claims"
 
 
-@pytest.mark.parametrize(("option", "value", "requests", "status"), [
-    ("error-rate", 1.0, 1, 500),
-    ("rate-limit-after", 1, 2, 429),
-    ("timeout-after", 1, 2, 504),
-], ids=["500-openai", "429-anthropic", "504-gemini"])  # fmt: skip
-def test_katan_injected_errors(option: str, value: Any, requests: int, status: int, recorded: Any,
-                               tmp_path: Any) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("option", "value", "requests", "status"),
+    [
+        ("error-rate", 1.0, 1, 500),
+        ("rate-limit-after", 1, 2, 429),
+        ("timeout-after", 1, 2, 504),
+    ],
+    ids=["500-openai", "429-anthropic", "504-gemini"],
+)
+def test_katan_injected_errors(
+    option: str, value: Any, requests: int, status: int, recorded: Any, tmp_path: Any
+) -> None:
     """llm-katan's fault injection, one SDK each: the SDK raises the vendor's error, the record
     is ``http_error`` with the status and the error body the client got."""
     ok, why = katan_available()
@@ -498,8 +588,13 @@ def test_katan_injected_errors(option: str, value: Any, requests: int, status: i
                     chat_stream(client, run, model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
                 elif sdk == "anthropic":
                     client = anthropic_client(server.base_url, recorded, run)
-                    anthropic_stream(client, run, model="claude-sonnet-4-5", max_tokens=64,
-                                     messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+                    anthropic_stream(
+                        client,
+                        run,
+                        model="claude-sonnet-4-5",
+                        max_tokens=64,
+                        messages=[{"role": "user", "content": "hi"}],
+                    )
                 else:
                     client = genai_client(server.base_url, recorded, run)
                     for _chunk in client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"):
@@ -518,4 +613,3 @@ def test_katan_injected_errors(option: str, value: Any, requests: int, status: i
     assert sent.get("error"), sent  # the vendor's error object, as the client received it
     if requests == 2:
         assert recs[0]["outcome"] == "completed", recs[0]
-

@@ -49,21 +49,37 @@ from tests.e2e.replay_upstream import FIXTURES, FixtureResponse, ReplayUpstream,
 from tests.e2e.servers import NewRecords, ca_context, proxy_env, require_dialect, sse_fields
 from tests.wirefeed import assert_matches
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]  # the SDKs warn about old model names
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(90),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]  # the SDKs warn about old model names
 
 GAP_MS = 100.0
 # Keys of the record that depend only on the response (and the model asked for), so an SDK
 # that re-serialises the fixture's request must still give the fixture's expected values.
-RESPONSE_KEYS = ("request_model", "model", "request_id", "text", "blocks", "tool_calls", "usage", "stop_reason",
-                 "stop_reason_raw", "error", "outcome", "events", "violations")  # fmt: skip
+RESPONSE_KEYS = (
+    "request_model",
+    "model",
+    "request_id",
+    "text",
+    "blocks",
+    "tool_calls",
+    "usage",
+    "stop_reason",
+    "stop_reason_raw",
+    "error",
+    "outcome",
+    "events",
+    "violations",
+)
 SDK_DIALECTS = ("openai.chat", "openai.responses", "anthropic.messages", "gemini")
 # Cases where the official SDK's own accumulation differs from the wire (checked to still
 # differ; the record is checked against the hand-written expectation instead).
 SDK_DIVERGES = {
     "openai.chat/reused_tool_index": "openai 3.51 merges parallel tool calls that all say index 0 (Ollama /v1, "
-                                     "vendor-wire-formats §9) into one call with concatenated ids, names and arguments; "
-                                     "the record keeps the two calls by id",
+    "vendor-wire-formats §9) into one call with concatenated ids, names and arguments; "
+    "the record keeps the two calls by id",
 }
 
 
@@ -156,9 +172,14 @@ class Driver:
     def applies(self, fx: FixtureResponse) -> bool:
         """Whether the SDK can make this request and read this answer as a stream."""
         req = fx.request_json
-        return (fx.status == 200 and fx.end == "eof" and fx.content_type.split(";")[0].strip() == "text/event-stream"
-                and fx.content_encoding in (None, "gzip", "deflate") and isinstance(req, dict)
-                and self.route_ok(fx, req))  # fmt: skip
+        return (
+            fx.status == 200
+            and fx.end == "eof"
+            and fx.content_type.split(";")[0].strip() == "text/event-stream"
+            and fx.content_encoding in (None, "gzip", "deflate")
+            and isinstance(req, dict)
+            and self.route_ok(fx, req)
+        )
 
     def route_ok(self, fx: FixtureResponse, req: dict[str, Any]) -> bool:
         raise NotImplementedError
@@ -207,19 +228,31 @@ class OpenAIChatDriver(Driver):
         if path.startswith("/openai/deployments/"):
             deployment = unquote(path.split("/")[3])
             api_version = query.pop("api-version", "2024-10-21")
-            client: Any = openai.AzureOpenAI(azure_endpoint=t.origin, azure_deployment=deployment, api_version=api_version,
-                                             api_key="azure-test-key", http_client=http, max_retries=0,
-                                             default_headers=t.headers)  # fmt: skip
+            client: Any = openai.AzureOpenAI(
+                azure_endpoint=t.origin,
+                azure_deployment=deployment,
+                api_version=api_version,
+                api_key="azure-test-key",
+                http_client=http,
+                max_retries=0,
+                default_headers=t.headers,
+            )
             model = req.pop("model", deployment)
         else:
-            client = openai.OpenAI(base_url=t.origin + path.removesuffix("/chat/completions"), api_key="sk-test",
-                                   http_client=http, max_retries=0, default_headers=t.headers)  # fmt: skip
+            client = openai.OpenAI(
+                base_url=t.origin + path.removesuffix("/chat/completions"),
+                api_key="sk-test",
+                http_client=http,
+                max_retries=0,
+                default_headers=t.headers,
+            )
             model = req.pop("model")
         messages = req.pop("messages")
         req.pop("stream", None)
         try:
-            with client.chat.completions.stream(model=model, messages=messages, extra_body=req,
-                                                extra_query=query or None) as stream:  # fmt: skip
+            with client.chat.completions.stream(
+                model=model, messages=messages, extra_body=req, extra_query=query or None
+            ) as stream:
                 try:
                     for ev in stream:
                         if ev.type == "chunk":
@@ -266,8 +299,13 @@ class OpenAIResponsesDriver(Driver):
         req = dict(fx.request_json)
         out = SdkRun()
         http = openai.DefaultHttpxClient(transport=t.transport(out), trust_env=False)
-        client = openai.OpenAI(base_url=t.origin + path.removesuffix("/responses"), api_key="sk-test", http_client=http,
-                               max_retries=0, default_headers=t.headers)  # fmt: skip
+        client = openai.OpenAI(
+            base_url=t.origin + path.removesuffix("/responses"),
+            api_key="sk-test",
+            http_client=http,
+            max_retries=0,
+            default_headers=t.headers,
+        )
         model = req.pop("model")
         inp = req.pop("input", None)
         req.pop("stream", None)
@@ -275,7 +313,9 @@ class OpenAIResponsesDriver(Driver):
         deltas: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         try:
-            stream = client.responses.create(model=model, input=inp, stream=True, extra_body=req, extra_query=query or None)
+            stream = client.responses.create(
+                model=model, input=inp, stream=True, extra_body=req, extra_query=query or None
+            )
             try:
                 for ev in stream:
                     out.times.append(time.monotonic())
@@ -284,8 +324,12 @@ class OpenAIResponsesDriver(Driver):
                     elif ev.type == "response.output_text.delta":
                         deltas.append(ev.delta)
                     elif ev.type == "response.output_item.added" and ev.item.type == "function_call":
-                        calls[ev.output_index] = {"id": ev.item.call_id, "item_id": ev.item.id, "name": ev.item.name,
-                                                  "arguments": ev.item.arguments or ""}  # fmt: skip
+                        calls[ev.output_index] = {
+                            "id": ev.item.call_id,
+                            "item_id": ev.item.id,
+                            "name": ev.item.name,
+                            "arguments": ev.item.arguments or "",
+                        }
                     elif ev.type == "response.function_call_arguments.delta" and ev.output_index in calls:
                         calls[ev.output_index]["arguments"] += ev.delta
                     out.error_event |= ev.type in ("error", "response.failed")
@@ -297,8 +341,11 @@ class OpenAIResponsesDriver(Driver):
             client.close()
         if final is not None and final.output:
             out.text = final.output_text
-            out.tool_calls = [{"id": i.call_id, "item_id": i.id, "name": i.name, "arguments": i.arguments}
-                              for i in final.output if i.type == "function_call"]  # fmt: skip
+            out.tool_calls = [
+                {"id": i.call_id, "item_id": i.id, "name": i.name, "arguments": i.arguments}
+                for i in final.output
+                if i.type == "function_call"
+            ]
         else:
             out.text = "".join(deltas)
             out.tool_calls = [calls[i] for i in sorted(calls)]
@@ -332,14 +379,16 @@ class AnthropicDriver(Driver):
         req = dict(fx.request_json)
         out = SdkRun()
         http = anthropic.DefaultHttpxClient(transport=t.transport(out), trust_env=False)
-        client = anthropic.Anthropic(base_url=t.origin, api_key="sk-ant-test", http_client=http, max_retries=0,
-                                     default_headers=t.headers)  # fmt: skip
+        client = anthropic.Anthropic(
+            base_url=t.origin, api_key="sk-ant-test", http_client=http, max_retries=0, default_headers=t.headers
+        )
         model, messages, max_tokens = req.pop("model"), req.pop("messages"), req.pop("max_tokens", 1024)
         req.pop("stream", None)
         msg: Any = None
         try:
-            with client.messages.stream(model=model, messages=messages, max_tokens=max_tokens, extra_body=req,
-                                        extra_query=query or None) as stream:  # fmt: skip
+            with client.messages.stream(
+                model=model, messages=messages, max_tokens=max_tokens, extra_body=req, extra_query=query or None
+            ) as stream:
                 try:
                     for ev in stream:
                         if ev.type not in _ANTHROPIC_DERIVED:
@@ -372,8 +421,14 @@ class GeminiDriver(Driver):
     def route_ok(self, fx: FixtureResponse, req: dict[str, Any]) -> bool:
         path, query = _split(fx)
         segs = unquote(path).split("/")
-        return (len(segs) == 4 and segs[1] in ("v1", "v1beta", "v1alpha") and segs[2] == "models"
-                and segs[3].endswith(":streamGenerateContent") and query.get("alt") == "sse" and "contents" in req)  # fmt: skip
+        return (
+            len(segs) == 4
+            and segs[1] in ("v1", "v1beta", "v1alpha")
+            and segs[2] == "models"
+            and segs[3].endswith(":streamGenerateContent")
+            and query.get("alt") == "sse"
+            and "contents" in req
+        )
 
     def run(self, fx: FixtureResponse, t: Target) -> SdkRun:
         import httpx2
@@ -385,24 +440,42 @@ class GeminiDriver(Driver):
         version, model = segs[1], segs[3].removesuffix(":streamGenerateContent")
         req = dict(fx.request_json)
         config: dict[str, Any] = dict(req.pop("generationConfig", None) or req.pop("generation_config", None) or {})
-        for k in ("systemInstruction", "system_instruction", "tools", "toolConfig", "tool_config", "safetySettings",
-                  "safety_settings", "cachedContent", "cached_content", "labels"):  # fmt: skip
+        for k in (
+            "systemInstruction",
+            "system_instruction",
+            "tools",
+            "toolConfig",
+            "tool_config",
+            "safetySettings",
+            "safety_settings",
+            "cachedContent",
+            "cached_content",
+            "labels",
+        ):
             if k in req:
                 config[k] = req.pop(k)
         out = SdkRun()
         http = httpx2.Client(transport=t.transport(out), trust_env=False, timeout=30.0)
-        client = genai.Client(api_key="gemini-test-key", http_options=types.HttpOptions(
-            base_url=t.origin + "/", api_version=version, headers=t.headers, httpx_client=http,
-            retry_options=types.HttpRetryOptions(attempts=1)))  # fmt: skip
+        client = genai.Client(
+            api_key="gemini-test-key",
+            http_options=types.HttpOptions(
+                base_url=t.origin + "/",
+                api_version=version,
+                headers=t.headers,
+                httpx_client=http,
+                retry_options=types.HttpRetryOptions(attempts=1),
+            ),
+        )
         texts: dict[int, list[str]] = {}
         try:
             stream = client.models.generate_content_stream(
-                model=model, contents=req.pop("contents"), config=types.GenerateContentConfig.model_validate(config))
+                model=model, contents=req.pop("contents"), config=types.GenerateContentConfig.model_validate(config)
+            )
             for chunk in stream:
                 out.times.append(time.monotonic())
                 for cand in chunk.candidates or []:
                     idx = cand.index or 0
-                    for part in (cand.content.parts if cand.content and cand.content.parts else []):
+                    for part in cand.content.parts if cand.content and cand.content.parts else []:
                         if part.text and not part.thought:
                             texts.setdefault(idx, []).append(part.text)
                         if part.function_call is not None and part.function_call.name:
@@ -426,7 +499,9 @@ class GeminiDriver(Driver):
         return out
 
 
-DRIVERS: dict[str, Driver] = {d.dialect: d for d in (OpenAIChatDriver(), OpenAIResponsesDriver(), AnthropicDriver(), GeminiDriver())}
+DRIVERS: dict[str, Driver] = {
+    d.dialect: d for d in (OpenAIChatDriver(), OpenAIResponsesDriver(), AnthropicDriver(), GeminiDriver())
+}
 
 
 def _sdk_cases() -> list[Any]:
@@ -442,8 +517,14 @@ def _sdk_cases() -> list[Any]:
                 continue
             if DRIVERS[dialect].applies(fx):
                 found.append(pytest.param(dialect, case, id=f"{dialect}/{case}"))
-        out += found or [pytest.param(dialect, None, id=f"{dialect}/none",
-                                      marks=pytest.mark.skip(reason=f"no {dialect} streaming fixture an SDK can consume yet"))]  # fmt: skip
+        out += found or [
+            pytest.param(
+                dialect,
+                None,
+                id=f"{dialect}/none",
+                marks=pytest.mark.skip(reason=f"no {dialect} streaming fixture an SDK can consume yet"),
+            )
+        ]
     return out
 
 
@@ -482,7 +563,9 @@ def assert_bytes_timely(chunks: list[tuple[float, bytes]], ex: Any, who: str, co
     ``complete`` false (the client stopped reading after an error), only a prefix arrived."""
     got_bytes = b"".join(c for _, c in chunks)
     if complete:
-        assert got_bytes == ex.raw_body, f"{who}: received {len(got_bytes)} raw body bytes, the upstream sent {len(ex.raw_body)}"
+        assert got_bytes == ex.raw_body, (
+            f"{who}: received {len(got_bytes)} raw body bytes, the upstream sent {len(ex.raw_body)}"
+        )
     else:
         assert ex.raw_body.startswith(got_bytes), f"{who}: the bytes received are not what the upstream sent"
     total, k = 0, 0
@@ -493,12 +576,15 @@ def assert_bytes_timely(chunks: list[tuple[float, bytes]], ex: Any, who: str, co
             total += len(chunks[k][1])
             k += 1
         late = chunks[k - 1][0] - ex.send_times[i + 1]
-        assert late < 0, (f"{who}: wire event {i} reached the client {late * 1000:.0f} ms AFTER the upstream sent "
-                          f"event {i + 1} (held back, not streamed)")  # fmt: skip
+        assert late < 0, (
+            f"{who}: wire event {i} reached the client {late * 1000:.0f} ms AFTER the upstream sent "
+            f"event {i + 1} (held back, not streamed)"
+        )
 
 
-def assert_items_timely(times: list[float], ex: Any, yields: Any, who: str, errored: bool,
-                        slack_s: float = 0.0) -> None:  # fmt: skip
+def assert_items_timely(
+    times: list[float], ex: Any, yields: Any, who: str, errored: bool, slack_s: float = 0.0
+) -> None:
     """The SDK surfaced one stream item per wire event that carries one (a terminated SSE event,
     see ``Driver.yields``), in order, each after its event was sent and before the upstream sent
     the next event (+ ``slack_s``). When the SDK raised a mid-stream error, the event that
@@ -506,7 +592,9 @@ def assert_items_timely(times: list[float], ex: Any, yields: Any, who: str, erro
     carrying = [i for i, piece in enumerate(ex.events) if _BLANK_LINE_END.search(piece) and yields(piece)]
     detail = f"(pieces: {[p[:50] for p in ex.events]})"
     if errored:
-        assert len(carrying) - 1 <= len(times) <= len(carrying), f"{who} surfaced {len(times)} items for {len(carrying)} events {detail}"
+        assert len(carrying) - 1 <= len(times) <= len(carrying), (
+            f"{who} surfaced {len(times)} items for {len(carrying)} events {detail}"
+        )
         carrying = carrying[: len(times)]
     else:
         assert len(times) == len(carrying), f"{who} surfaced {len(times)} items for {len(carrying)} events {detail}"
@@ -514,8 +602,9 @@ def assert_items_timely(times: list[float], ex: Any, yields: Any, who: str, erro
         assert times[k] >= ex.send_times[i], f"{who}: item {k} surfaced before its event {i} was sent?"
         if i + 1 < len(ex.send_times):
             late = times[k] - ex.send_times[i + 1]
-            assert late < slack_s, (f"{who}: the item of wire event {i} surfaced {late * 1000:.0f} ms after the upstream "
-                                    f"sent event {i + 1}")  # fmt: skip
+            assert late < slack_s, (
+                f"{who}: the item of wire event {i} surfaced {late * 1000:.0f} ms after the upstream sent event {i + 1}"
+            )
 
 
 def is_api_error(e: BaseException) -> bool:
@@ -561,11 +650,14 @@ def assert_record_equals_sdk(rec: dict[str, Any], run: SdkRun, fx: FixtureRespon
     usage = rec["usage"]
     if run.input_tokens is not None or run.output_tokens is not None:
         assert (usage["input_tokens"], usage["output_tokens"]) == (run.input_tokens, run.output_tokens), (
-            f"usage: record {usage} != SDK ({run.input_tokens}, {run.output_tokens})")  # fmt: skip
+            f"usage: record {usage} != SDK ({run.input_tokens}, {run.output_tokens})"
+        )
     else:
         assert usage["reported"] is False or (usage["input_tokens"], usage["output_tokens"]) == (None, None), usage
     if run.stop_raw is not None:
-        assert rec["stop_reason_raw"] == run.stop_raw, f"stop: record {rec['stop_reason_raw']!r} != SDK {run.stop_raw!r}"
+        assert rec["stop_reason_raw"] == run.stop_raw, (
+            f"stop: record {rec['stop_reason_raw']!r} != SDK {run.stop_raw!r}"
+        )
     if run.error_event or (run.error is not None and is_api_error(run.error)):
         assert rec["outcome"] == "error", f"the SDK raised {run.error!r} but the record's outcome is {rec['outcome']!r}"
         assert rec["error"] is not None
@@ -582,11 +674,18 @@ def assert_record_equals_sdk(rec: dict[str, Any], run: SdkRun, fx: FixtureRespon
 
 
 @pytest.mark.parametrize(("dialect", "case"), _sdk_cases())
-def test_sdk_streams_fixture_through_proxy(dialect: str, case: str, replay: ReplayUpstream, recorded: Any,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_sdk_streams_fixture_through_proxy(
+    dialect: str, case: str, replay: ReplayUpstream, recorded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require_dialect(dialect)
-    pytest.importorskip({"openai.chat": "openai", "openai.responses": "openai", "anthropic.messages": "anthropic",
-                         "gemini": "google.genai"}[dialect])  # fmt: skip
+    pytest.importorskip(
+        {
+            "openai.chat": "openai",
+            "openai.responses": "openai",
+            "anthropic.messages": "anthropic",
+            "gemini": "google.genai",
+        }[dialect]
+    )
     monkeypatch.setenv("SSL_CERT_FILE", recorded.ca_path)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
@@ -601,10 +700,12 @@ def test_sdk_streams_fixture_through_proxy(dialect: str, case: str, replay: Repl
         ex = replay.wait_exchange(tid, timeout=30)
         assert ex.raw_body == fx.body
         rec = records.one()
-        late = timing_problems(lambda run=run, ex=ex: (assert_bytes_timely(run.chunks, ex, f"{dialect} SDK transport",
-                                                            complete=run.error is None),
-                                        assert_items_timely(run.times, ex, driver.yields, f"{dialect} SDK",
-                                                            run.error is not None)))  # fmt: skip
+        late = timing_problems(
+            lambda run=run, ex=ex: (
+                assert_bytes_timely(run.chunks, ex, f"{dialect} SDK transport", complete=run.error is None),
+                assert_items_timely(run.times, ex, driver.yields, f"{dialect} SDK", run.error is not None),
+            )
+        )
         if late is None:
             break
         problems.append(f"attempt {attempt}: {late}")
@@ -626,8 +727,10 @@ def test_sdk_streams_fixture_through_proxy(dialect: str, case: str, replay: Repl
         # one alternative ending is accepted; everything else must still match.
         ended = {"upstream closed the stream before stream.end": "client aborted before stream.end"}
         if any(v["kind"] == "missing_stream_end" and v["detail"] in ended.values() for v in rec["violations"]):
-            want["violations"] = [dict(v, detail=ended.get(v["detail"], v["detail"]))
-                                  if v["kind"] == "missing_stream_end" else v for v in want["violations"]]  # fmt: skip
+            want["violations"] = [
+                dict(v, detail=ended.get(v["detail"], v["detail"])) if v["kind"] == "missing_stream_end" else v
+                for v in want["violations"]
+            ]
     try:
         assert_matches(rec, want)
     except AssertionError as e:
@@ -635,7 +738,9 @@ def test_sdk_streams_fixture_through_proxy(dialect: str, case: str, replay: Repl
     if fx.id in SDK_DIVERGES:
         with pytest.raises(AssertionError):
             assert_record_equals_sdk(rec, run, fx)
-        pytest.xfail(f"the SDK accumulates differently from the record (the record follows the wire): {SDK_DIVERGES[fx.id]}")
+        pytest.xfail(
+            f"the SDK accumulates differently from the record (the record follows the wire): {SDK_DIVERGES[fx.id]}"
+        )
     assert_record_equals_sdk(rec, run, fx)
 
 
@@ -663,12 +768,30 @@ def _all_cases() -> list[Any]:
     return out
 
 
-def curl_stream(url: str, body: bytes, headers: dict[str, str], proxy_url: str, ca_path: str,
-                timeout: float = 30.0) -> tuple[int, list[tuple[float, bytes]], str]:  # fmt: skip
+def curl_stream(
+    url: str, body: bytes, headers: dict[str, str], proxy_url: str, ca_path: str, timeout: float = 30.0
+) -> tuple[int, list[tuple[float, bytes]], str]:
     """``curl -N`` through the proxy; returns (exit code, [(arrival time, stdout bytes)], stderr).
     The response body goes to stdout unbuffered (``-N``), read here as it arrives."""
-    argv = ["curl", "-sS", "-N", "--http1.1", "--proxy", proxy_url, "--cacert", ca_path, "--max-time", str(int(timeout)),
-            "-X", "POST", "--data-binary", "@-", "-o", "-", url]  # fmt: skip
+    argv = [
+        "curl",
+        "-sS",
+        "-N",
+        "--http1.1",
+        "--proxy",
+        proxy_url,
+        "--cacert",
+        ca_path,
+        "--max-time",
+        str(int(timeout)),
+        "-X",
+        "POST",
+        "--data-binary",
+        "@-",
+        "-o",
+        "-",
+        url,
+    ]
     for k, v in headers.items():
         argv += ["-H", f"{k}: {v}"]
     env = proxy_env(proxy_url, ca_path)
@@ -707,15 +830,29 @@ def test_curl_replays_fixture_through_proxy(dialect: str, case: str, replay: Rep
     fx = fixture_response(dialect, case)
     if fx.end not in ("eof", "upstream_failed"):
         pytest.skip(f"end={fx.end}: needs the client or the observer to stop mid-stream")
-    req_headers = {"content-type": "application/json", **{k.lower(): v for k, v in fx.meta.get("request_headers", {}).items()}}
+    req_headers = {
+        "content-type": "application/json",
+        **{k.lower(): v for k, v in fx.meta.get("request_headers", {}).items()},
+    }
     problems: list[str] = []
     for attempt in (1, 2):  # timing only is retried once: this machine's 2 cores are shared
         tid = f"curl-{attempt}-" + uuid.uuid4().hex[:12]
-        req_headers.update({"x-upstream-case": fx.id, "x-upstream-gap-ms": str(GAP_MS), "x-test-id": tid,
-                            "accept-encoding": "identity"})  # fmt: skip
+        req_headers.update(
+            {
+                "x-upstream-case": fx.id,
+                "x-upstream-gap-ms": str(GAP_MS),
+                "x-test-id": tid,
+                "accept-encoding": "identity",
+            }
+        )
         records = NewRecords(recorded.api)
-        code, chunks, err = curl_stream(f"https://127.0.0.1:{replay.https_port}{fx.path}", fx.request, req_headers,
-                                        recorded.proxy_url, recorded.ca_path)  # fmt: skip
+        code, chunks, err = curl_stream(
+            f"https://127.0.0.1:{replay.https_port}{fx.path}",
+            fx.request,
+            req_headers,
+            recorded.proxy_url,
+            recorded.ca_path,
+        )
         ex = replay.wait_exchange(tid, timeout=30)
         rec = records.one()
         body = b"".join(c for _, c in chunks)
@@ -745,4 +882,3 @@ def test_replay_pieces_rebuild_every_fixture() -> None:
             for case in case_names(p.name):
                 fx = fixture_response(p.name, case)
                 assert b"".join(fx.pieces) == fx.body, fx.id
-

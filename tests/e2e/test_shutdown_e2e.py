@@ -23,8 +23,14 @@ def test_sigterm_records_open_stream_as_interrupted(upstream: UpstreamServer) ->
         seen: list[int] = []
 
         def client() -> None:
-            res = stream_request(url, proxy=obs.proxy_url, ca_path=obs.ca_path, content=body,
-                                 headers={"Content-Type": LLM_CONTENT_TYPE}, timeout=20)  # fmt: skip
+            res = stream_request(
+                url,
+                proxy=obs.proxy_url,
+                ca_path=obs.ca_path,
+                content=body,
+                headers={"Content-Type": LLM_CONTENT_TYPE},
+                timeout=20,
+            )
             seen.append(len(res.body))
 
         t = threading.Thread(target=client, daemon=True)

@@ -45,8 +45,15 @@ def worker_pid(obs: ObserverProcess) -> int:
 
 
 def request_body(tid: str) -> bytes:
-    return json.dumps({"version": "1.0", "stream": True, "model": "m", "messages": [{"role": "user", "content": "hi"}],
-                       "metadata": {"session_id": tid}}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "version": "1.0",
+            "stream": True,
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"session_id": tid},
+        }
+    ).encode()
 
 
 def test_killing_the_worker_mid_stream_is_recorded_and_the_stream_goes_on(upstream: UpstreamServer) -> None:
@@ -58,9 +65,16 @@ def test_killing_the_worker_mid_stream_is_recorded_and_the_stream_goes_on(upstre
         got: list = []
 
         def client() -> None:
-            got.append(stream_request(url, proxy=obs.proxy_url, ca_path=obs.ca_path,
-                                      content=request_body("worker-kill-1"),
-                                      headers={"Content-Type": LLM_CONTENT_TYPE}, timeout=30))  # fmt: skip
+            got.append(
+                stream_request(
+                    url,
+                    proxy=obs.proxy_url,
+                    ca_path=obs.ca_path,
+                    content=request_body("worker-kill-1"),
+                    headers={"Content-Type": LLM_CONTENT_TYPE},
+                    timeout=30,
+                )
+            )
 
         t = threading.Thread(target=client, daemon=True)
         t.start()
@@ -83,8 +97,14 @@ def test_killing_the_worker_mid_stream_is_recorded_and_the_stream_goes_on(upstre
 
         # The next stream: recorded completely, in-process.
         url2 = upstream.url("/v1/stream?script=long&n=5&gap_ms=10&tid=worker-kill-2")
-        res2 = stream_request(url2, proxy=obs.proxy_url, ca_path=obs.ca_path, content=request_body("worker-kill-2"),
-                              headers={"Content-Type": LLM_CONTENT_TYPE}, timeout=30)  # fmt: skip
+        res2 = stream_request(
+            url2,
+            proxy=obs.proxy_url,
+            ca_path=obs.ca_path,
+            content=request_body("worker-kill-2"),
+            headers={"Content-Type": LLM_CONTENT_TYPE},
+            timeout=30,
+        )
         assert res2.error is None
         rec2 = api.wait_tid("worker-kill-2", timeout=20)
         assert rec2["outcome"] == "completed"
@@ -120,8 +140,9 @@ def test_killing_the_proxy_takes_its_worker_and_api_along(upstream: UpstreamServ
         os.kill(obs.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
         obs.proc.wait(10)  # type: ignore[union-attr]
         for pid in (worker, api[0]):
-            wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), 15,
-                       what=f"process {pid} to exit")  # fmt: skip
+            wait_until(
+                lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), 15, what=f"process {pid} to exit"
+            )
         again = ObserverProcess(workdir=str(obs.workdir))
         again.proxy_port, again.api_port = obs.proxy_port, obs.api_port
         try:

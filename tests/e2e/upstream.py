@@ -112,7 +112,9 @@ def script_complete_example(request_id: str = REQUEST_ID) -> list[dict[str, Any]
         {"v": "1.0", "seq": 0, "type": "stream.start", "request_id": request_id, "model": MODEL, "created": CREATED}
     ]
     for seq, text in enumerate(["The", " weather", " in Vienna", " is 24C and sunny."], start=1):
-        ev.append({"v": "1.0", "seq": seq, "type": "content.delta", "index": 0, "role": "assistant", "delta": {"text": text}})
+        ev.append(
+            {"v": "1.0", "seq": seq, "type": "content.delta", "index": 0, "role": "assistant", "delta": {"text": text}}
+        )
     ev.append({"v": "1.0", "seq": 5, "type": "content.stop", "index": 0, "stop_reason": "end_turn"})
     ev.append({"v": "1.0", "seq": 6, "type": "usage", "input_tokens": 42, "output_tokens": 8})
     ev.append({"v": "1.0", "seq": 7, "type": "stream.end", "request_id": request_id})
@@ -123,7 +125,15 @@ def script_tool_flow(request_id: str = REQUEST_ID) -> list[dict[str, Any]]:
     """Draft §4.8 Response 1, made a complete stream (stream.start ... stream.end, v/seq/index)."""
     return [
         {"v": "1.0", "seq": 0, "type": "stream.start", "request_id": request_id, "model": MODEL, "created": CREATED},
-        {"v": "1.0", "seq": 1, "type": "tool.call", "index": 0, "id": "call_1", "name": "get_weather", "arguments": TOOL_ARGUMENTS},
+        {
+            "v": "1.0",
+            "seq": 1,
+            "type": "tool.call",
+            "index": 0,
+            "id": "call_1",
+            "name": "get_weather",
+            "arguments": TOOL_ARGUMENTS,
+        },
         {"v": "1.0", "seq": 2, "type": "content.stop", "index": 0, "stop_reason": "tool_use"},
         {"v": "1.0", "seq": 3, "type": "usage", "input_tokens": 57, "output_tokens": 12},
         {"v": "1.0", "seq": 4, "type": "stream.end", "request_id": request_id},
@@ -148,7 +158,7 @@ def script_long(n: int, request_id: str = REQUEST_ID, stamp_all: bool = False) -
                 "type": "content.delta",
                 "index": 0,
                 "role": "assistant",
-                "delta": {"text": f" t{i:05d}" + LONG_FILLER[: 140]},
+                "delta": {"text": f" t{i:05d}" + LONG_FILLER[:140]},
                 "x-bench:sent": None,
             }
         )
@@ -266,9 +276,15 @@ def make_certs(directory: str) -> tuple[str, str, str]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -364,7 +380,9 @@ class _H2Stream:
         self.closed = False
 
     async def send_headers(self, status: int, headers: list[tuple[str, str]]) -> None:
-        hdrs = [(":status", str(status))] + [(k.lower(), v) for k, v in headers if k.lower() not in ("transfer-encoding", "connection")]
+        hdrs = [(":status", str(status))] + [
+            (k.lower(), v) for k, v in headers if k.lower() not in ("transfer-encoding", "connection")
+        ]
         self._check()
         self.proto.conn.send_headers(self.sid, hdrs)
         await self.proto.flush()
@@ -505,7 +523,9 @@ class _H2Protocol:
         regular = [(k, v) for k, v in headers if not k.startswith(":")]
         stream = _H2Stream(self, sid)
         self.streams[sid] = stream
-        ex = self.server._new_exchange(pseudo.get(":method", "GET"), pseudo.get(":path", "/"), regular, bytes(body), "HTTP/2", True)
+        ex = self.server._new_exchange(
+            pseudo.get(":method", "GET"), pseudo.get(":path", "/"), regular, bytes(body), "HTTP/2", True
+        )
         t = asyncio.ensure_future(self.server._respond_guarded(ex, stream))
         self.tasks.add(t)
         t.add_done_callback(self.tasks.discard)
@@ -518,7 +538,9 @@ class _H2Protocol:
 class UpstreamServer:
     """The upstream; ``start()`` runs it on its own event loop in a daemon thread."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls_port: int = 0, cert_dir: str | None = None, keep: int = 10000):
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, tls_port: int = 0, cert_dir: str | None = None, keep: int = 10000
+    ):
         self.host = host
         self._want_port = port
         self._want_tls_port = tls_port
@@ -680,7 +702,9 @@ class UpstreamServer:
                         return
                 assert req is not None
                 headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in req.headers]
-                ex = self._new_exchange(req.method.decode(), req.target.decode("latin-1"), headers, bytes(body), "HTTP/1.1", tls)
+                ex = self._new_exchange(
+                    req.method.decode(), req.target.decode("latin-1"), headers, bytes(body), "HTTP/1.1", tls
+                )
                 w = _H1Writer(conn, writer)
                 await self._respond_guarded(ex, w)
                 if w.closed or ex.error is not None or conn.our_state is not h11.DONE:
@@ -692,7 +716,9 @@ class UpstreamServer:
         except (h11.RemoteProtocolError, ConnectionError, OSError):
             return
 
-    def _new_exchange(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, http_version: str, tls: bool) -> UpstreamExchange:
+    def _new_exchange(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, http_version: str, tls: bool
+    ) -> UpstreamExchange:
         parts = urlsplit(target)
         path = parts.path
         if not path.startswith("/"):  # absolute-form (should not reach an origin server, but be lenient)
@@ -701,13 +727,22 @@ class UpstreamServer:
         for k, v in headers:
             lk = k.lower()
             if lk.startswith("x-upstream-"):
-                query.setdefault(lk[len("x-upstream-"):].replace("-", "_"), v)
+                query.setdefault(lk[len("x-upstream-") :].replace("-", "_"), v)
         tid = query.get("tid")
         for k, v in headers:
             if k.lower() == "x-test-id":
                 tid = tid or v
-        ex = UpstreamExchange(tid=tid, method=method, target=target, path=path, query=query, headers=headers,
-                              http_version=http_version, tls=tls, body=body)
+        ex = UpstreamExchange(
+            tid=tid,
+            method=method,
+            target=target,
+            path=path,
+            query=query,
+            headers=headers,
+            http_version=http_version,
+            tls=tls,
+            body=body,
+        )
         with self._lock:
             self.exchanges.append(ex)
             if tid is not None:
@@ -750,8 +785,12 @@ class UpstreamServer:
             ex = self._by_tid.get(tid)
         if ex is None:
             return {"error": f"no exchange {tid!r}"}
-        return {"send_wall": list(ex.send_wall), "end_wall": ex.end_wall, "completed": ex.completed,
-                "events": len(ex.events)}
+        return {
+            "send_wall": list(ex.send_wall),
+            "end_wall": ex.end_wall,
+            "completed": ex.completed,
+            "events": len(ex.events),
+        }
 
     async def _respond_bulk(self, ex: UpstreamExchange, w: Any, total_bytes: int) -> None:
         """``total_bytes`` of SSE without gaps, one event per chunk/frame, ~64 KB per socket
@@ -763,10 +802,20 @@ class UpstreamServer:
         ex.status, ex.response_headers = 200, headers
         await w.send_headers(200, headers)
         text = LONG_FILLER[:140]
-        head = render_event({"v": "1.0", "seq": 0, "type": "stream.start", "request_id": rid, "model": MODEL, "created": CREATED})
+        head = render_event(
+            {"v": "1.0", "seq": 0, "type": "stream.start", "request_id": rid, "model": MODEL, "created": CREATED}
+        )
         # A delta with its seq as the only varying part (rendered by string formatting, not json).
-        proto = render_event({"v": "1.0", "seq": 999999999, "type": "content.delta", "index": 0, "role": "assistant",
-                              "delta": {"text": " t" + text}}).decode()
+        proto = render_event(
+            {
+                "v": "1.0",
+                "seq": 999999999,
+                "type": "content.delta",
+                "index": 0,
+                "role": "assistant",
+                "delta": {"text": " t" + text},
+            }
+        ).decode()
         pre, post = proto.split("999999999")
         n = max(1, total_bytes // len(proto))
         ex.send_wall.append(time.time())
@@ -780,9 +829,11 @@ class UpstreamServer:
             if size >= 65536:
                 await w.send_many(batch)
                 batch, size = [], 0
-        for e in ({"v": "1.0", "seq": n + 1, "type": "content.stop", "index": 0, "stop_reason": "end_turn"},
-                  {"v": "1.0", "seq": n + 2, "type": "usage", "input_tokens": 10, "output_tokens": n},
-                  {"v": "1.0", "seq": n + 3, "type": "stream.end", "request_id": rid}):
+        for e in (
+            {"v": "1.0", "seq": n + 1, "type": "content.stop", "index": 0, "stop_reason": "end_turn"},
+            {"v": "1.0", "seq": n + 2, "type": "usage", "input_tokens": 10, "output_tokens": n},
+            {"v": "1.0", "seq": n + 3, "type": "stream.end", "request_id": rid},
+        ):
             batch.append(render_event(e))
         await w.send_many(batch)
         ex.events.append(b"")  # the count is not kept per event for bulk: one marker
@@ -868,13 +919,16 @@ class UpstreamServer:
 async def _main_async(args: argparse.Namespace) -> None:
     server = UpstreamServer(args.host, args.port, args.tls_port, keep=200)
     await server.start_async()
-    print(json.dumps({"http_port": server.http_port, "https_port": server.https_port, "ca_cert": server.ca_cert_path}), flush=True)
+    print(
+        json.dumps({"http_port": server.http_port, "https_port": server.https_port, "ca_cert": server.ca_cert_path}),
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.exit_on_stdin_eof:
-        loop.add_reader(sys.stdin.fileno(), lambda: (sys.stdin.buffer.read1(4096) or stop.set()))  # type: ignore[func-returns-value]
+        loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.buffer.read1(4096) or stop.set())  # type: ignore[func-returns-value]
     try:
         await stop.wait()
     finally:

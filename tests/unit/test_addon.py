@@ -524,9 +524,11 @@ def test_credentials_in_the_request_body_are_redacted():
         "api_key": "REDACTED",
         "prompt_cache_key": "u-1",
         "max_tokens": 9,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-            "type": "object", "properties": {"password": {"type": "string"}}}}},
-    }  # fmt: skip
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "s", "schema": {"type": "object", "properties": {"password": {"type": "string"}}}},
+        },
+    }
     assert req["metadata"] == {"aws_session_token": "REDACTED", "team": "red"}
 
 
@@ -535,8 +537,10 @@ def test_an_upstream_error_that_echoes_a_redacted_credential_is_scrubbed():
     the ``api_key`` value in ``response_body``."""
     sink = Sink()
     addon = LLMAudit(sink=sink)
-    echo = (b'{"detail":[{"type":"extra_forbidden","loc":["body","api_key"],'
-            b'"msg":"Extra inputs are not permitted","input":"sk-live-abc123"}]}')  # fmt: skip
+    echo = (
+        b'{"detail":[{"type":"extra_forbidden","loc":["body","api_key"],'
+        b'"msg":"Extra inputs are not permitted","input":"sk-live-abc123"}]}'
+    )
     with taddons.context(addon):
         f = llm_flow("application/json")
         f.request.host = "gateway.example"
@@ -576,9 +580,12 @@ def test_request_parameters_too_big_to_check_for_credentials_are_dropped_with_a_
     assert rec.request.metadata["request_id"] == "550e8400-e29b-41d4-a716-446655440000"
     assert rec.text == "The weather in Vienna is 24C and sunny."
     assert [(v.kind, v.detail) for v in rec.violations] == [
-        ("oversize_request", f"request parameters: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
-                             "not kept (not checked for credentials in bounded time)")
-    ]  # fmt: skip
+        (
+            "oversize_request",
+            f"request parameters: more than {MAX_FIELDS} values or {MAX_CHARS} characters; "
+            "not kept (not checked for credentials in bounded time)",
+        )
+    ]
 
 
 def test_the_dialect_registry_option_chooses_the_dialects():
@@ -620,16 +627,21 @@ def test_without_a_sink_the_addon_writes_to_its_store(tmp_path):
     finally:
         store.dispose()
     assert (rec["text"], rec["outcome"], rec["path"]) == (
-        "The weather in Vienna is 24C and sunny.", "completed", "/v1/stream?key=REDACTED&x=1"
+        "The weather in Vienna is 24C and sunny.",
+        "completed",
+        "/v1/stream?key=REDACTED&x=1",
     )
     assert addon.records_submitted == 1 and addon.records_dropped == 0
 
 
 @pytest.mark.parametrize(
     ("where", "secret"),
-    [("query", "AIzaSyQUERYsecret0123456789abcdefghijk"), ("header", "hdr-secret-value-0123456789"),
-     ("unparsed body", "sk-bodySECRETunparsed0123456789")],
-)  # fmt: skip
+    [
+        ("query", "AIzaSyQUERYsecret0123456789abcdefghijk"),
+        ("header", "hdr-secret-value-0123456789"),
+        ("unparsed body", "sk-bodySECRETunparsed0123456789"),
+    ],
+)
 def test_credentials_echoed_in_an_error_body_are_not_stored(where, secret):
     """Trial findings: an upstream's 422 that quotes the request kept a credential from the URL
     query, from a header, or from a body the observer could not parse. Now the query's and the

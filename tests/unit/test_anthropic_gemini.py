@@ -89,18 +89,25 @@ def events(items: list) -> list:
         ("/v1/messages?beta=true", "anthropic.messages"),
         ("/anthropic/v1/messages", "anthropic.messages"),
         ("/api/anthropic/v1/messages", "anthropic.messages"),
-        ("/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict",
-         "anthropic.messages"),
-        ("/v1/projects/p/locations/global/publishers/anthropic/models/claude-opus-4-1%4020250805:rawPredict",
-         "anthropic.messages"),
+        (
+            "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict",
+            "anthropic.messages",
+        ),
+        (
+            "/v1/projects/p/locations/global/publishers/anthropic/models/claude-opus-4-1%4020250805:rawPredict",
+            "anthropic.messages",
+        ),
         ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini"),
         ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", "gemini"),
         ("/v1/models/gemini-2.0-flash:generateContent?key=AIza", "gemini"),
-        ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash-001"
-         ":streamGenerateContent?alt=sse", "gemini"),
+        (
+            "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash-001"
+            ":streamGenerateContent?alt=sse",
+            "gemini",
+        ),
         ("/v1beta/models/gemini-2.5-flash%3AgenerateContent", "gemini"),
     ],
-)  # fmt: skip
+)
 def test_detected(path, name):
     assert default_registry().classify(view(path)).name == name
 
@@ -171,19 +178,37 @@ def test_anthropic_request_nested_base64_and_text_document():
         "model": "claude-sonnet-4-0",
         "max_tokens": 10,
         "messages": [
-            {"role": "user", "content": [
-                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain text"}},
-                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}},
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain text"}},
+                    {
+                        "type": "document",
+                        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+                    },
+                ],
+            },
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+                        ],
+                    }
+                ],
+            },
         ],
-        "tools": [{"name": "shot", "input_schema": {"type": "object"}},
-                  {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],
+        "tools": [
+            {"name": "shot", "input_schema": {"type": "object"}},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+        ],
         "mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x", "authorization_token": "secret"}],
         "top_k": 5,
-    }  # fmt: skip
+    }
     facts, violations = anthropic_request(doc)
     assert violations == []
     assert facts.stream is False  # absent = non-streaming
@@ -203,13 +228,23 @@ def test_anthropic_request_nested_base64_and_text_document():
         (b"{nope", ["request body is not JSON"]),
         (b"[1]", ["request body is not a JSON object"]),
         (b"{}", ["missing required fields: model, messages, max_tokens"]),
-        (b'{"model": 5, "messages": {}, "max_tokens": 1, "stream": "yes", "tools": {}, "metadata": [], "system": 3}',
-         ["model is not a string", "stream is not a boolean", "system is neither a string nor an array",
-          "messages is not an array", "tools is not an array", "metadata is not an object"]),
-        (b'{"model": "m", "max_tokens": 1, "messages": [{"content": "x"}, 3]}',
-         ["2 message(s) without an object and role"]),
+        (
+            b'{"model": 5, "messages": {}, "max_tokens": 1, "stream": "yes", "tools": {}, "metadata": [], "system": 3}',
+            [
+                "model is not a string",
+                "stream is not a boolean",
+                "system is neither a string nor an array",
+                "messages is not an array",
+                "tools is not an array",
+                "metadata is not an object",
+            ],
+        ),
+        (
+            b'{"model": "m", "max_tokens": 1, "messages": [{"content": "x"}, 3]}',
+            ["2 message(s) without an object and role"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_anthropic_request_violations(body, details):
     facts, violations = anthropic_request(body)
     assert {v.kind for v in violations} == {"invalid_request"}
@@ -256,10 +291,18 @@ def test_anthropic_adapter_checks():
     assert kinds(a.on_message(sse("x", {"no": "type"}))) == ["invalid_event"]
     assert a.on_message(sse("", start())) == [StreamStart(None, "claude-x", None), UsageEvent(None, 10, 1)]
     # a text_delta for a block its content_block_start opened as thinking; then one never opened
-    a.on_message(sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                             "content_block": {"type": "thinking", "thinking": ""}}))  # fmt: skip
-    out = a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                   "delta": {"type": "text_delta", "text": "a"}}))  # fmt: skip
+    a.on_message(
+        sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        )
+    )
+    out = a.on_message(
+        sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}},
+        )
+    )
     assert kinds(out) == ["invalid_event"] and events(out) == [ContentDelta(None, 0, "a", "text")]
     delta = {"type": "input_json_delta", "partial_json": "{"}
     out = a.on_message(sse("content_block_delta", {"type": "content_block_delta", "index": 4, "delta": delta}))
@@ -274,15 +317,21 @@ def test_anthropic_unknown_events_blocks_and_deltas_are_skipped():
     # anthropics/anthropic-sdk-python tests/lib/streaming/fixtures/compaction_multi_delta_response.txt (trimmed)
     a = AnthropicAdapter()
     msgs = [
-        {"type": "content_block_start", "index": 0,
-         "content_block": {"type": "compaction", "content": None, "encrypted_content": None}},
-        {"type": "content_block_delta", "index": 0,
-         "delta": {"type": "compaction_delta", "content": "Earlier conversation ", "encrypted_content": "Epw"}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "compaction", "content": None, "encrypted_content": None},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "compaction_delta", "content": "Earlier conversation ", "encrypted_content": "Epw"},
+        },
         {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "x"}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": {}}},
         {"type": "content_block_stop", "index": 0},
         {"type": "some_future_event", "payload": 1},
-    ]  # fmt: skip
+    ]
     assert [a.on_message(sse(m["type"], m)) for m in msgs] == [[]] * len(msgs)
 
 
@@ -302,10 +351,16 @@ def test_anthropic_non_streaming_error_body_and_empty_tool_input():
     a = AnthropicAdapter()
     err = {"type": "error", "error": {"type": "api_error", "message": "Overloaded"}, "request_id": None}
     assert a.on_message(frame(err)) == [ErrorEvent(None, "api_error", "Overloaded")]
-    msg = {"type": "message", "model": "claude-y", "content": [
-        {"type": "thinking", "thinking": "hmm", "signature": "s"},
-        {"type": "redacted_thinking", "data": "opaque"},
-        {"type": "tool_use", "id": "t", "name": "now", "input": {}}], "stop_reason": "tool_use"}  # fmt: skip
+    msg = {
+        "type": "message",
+        "model": "claude-y",
+        "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "s"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "tool_use", "id": "t", "name": "now", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+    }
     assert AnthropicAdapter().on_message(frame(msg)) == [
         StreamStart(None, "claude-y", None),
         ContentDelta(None, 0, "hmm", "reasoning"),
@@ -329,8 +384,9 @@ def test_anthropic_reused_block_index():
     a = AnthropicAdapter()
 
     def block_start(index: int, block: dict) -> list:
-        return a.on_message(sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                        "content_block": block}))  # fmt: skip
+        return a.on_message(
+            sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+        )
 
     def json_delta(index: int, text: str) -> list:
         delta = {"type": "input_json_delta", "partial_json": text}
@@ -361,14 +417,24 @@ def test_gemini_request_snake_case_and_nested_inline_data():
         "contents": [
             {"role": "user", "parts": [{"inline_data": {"mime_type": "audio/wav", "data": "UklGRg=="}}]},
             {"role": "model", "parts": [{"functionCall": {"name": "snap", "args": {}}}]},
-            {"role": "user", "parts": [{"functionResponse": {"name": "snap", "response": {"ok": True}, "parts": [
-                {"inlineData": {"mimeType": "image/jpeg", "data": "/9j/4AAQ"}}]}}]},
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "functionResponse": {
+                            "name": "snap",
+                            "response": {"ok": True},
+                            "parts": [{"inlineData": {"mimeType": "image/jpeg", "data": "/9j/4AAQ"}}],
+                        }
+                    }
+                ],
+            },
         ],
         "tools": [{"function_declarations": [{"name": "snap"}]}, {"codeExecution": {}}],
         "generation_config": {"temperature": 0, "thinkingConfig": {"thinkingBudget": 0}},
         "safety_settings": [],
         "cachedContent": "cachedContents/abc",
-    }  # fmt: skip
+    }
     facts, violations = gemini_request(doc)
     assert violations == []
     assert (facts.model, facts.stream) == ("gemini-2.5-flash", True)
@@ -378,9 +444,11 @@ def test_gemini_request_snake_case_and_nested_inline_data():
     assert nested == {"inlineData": {"mimeType": "image/jpeg", "data_bytes": 6}}
     assert facts.tool_names == ["snap"]
     assert facts.parameters == {
-        "temperature": 0, "thinkingConfig": {"thinkingBudget": 0}, "safety_settings": [],
+        "temperature": 0,
+        "thinkingConfig": {"thinkingBudget": 0},
+        "safety_settings": [],
         "cachedContent": "cachedContents/abc",
-    }  # fmt: skip
+    }
     assert facts.end_user is None and facts.metadata == {}
 
 
@@ -389,12 +457,19 @@ def test_gemini_request_snake_case_and_nested_inline_data():
     [
         (b"[]", ["request body is not a JSON object"]),
         (b"{}", ["missing required fields: contents"]),
-        (b'{"contents": {}, "tools": {}, "generationConfig": [], "labels": "x", "systemInstruction": "s"}',
-         ["systemInstruction is not an object", "contents is not an array", "tools is not an array",
-          "generationConfig is not an object", "labels is not an object"]),
+        (
+            b'{"contents": {}, "tools": {}, "generationConfig": [], "labels": "x", "systemInstruction": "s"}',
+            [
+                "systemInstruction is not an object",
+                "contents is not an array",
+                "tools is not an array",
+                "generationConfig is not an object",
+                "labels is not an object",
+            ],
+        ),
         (b'{"contents": [{"role": "user"}, "x"]}', ["2 content(s) without an object and parts"]),
     ],
-)  # fmt: skip
+)
 def test_gemini_request_violations(body, details):
     facts, violations = gemini_request(body)
     assert [v.kind for v in violations] == ["invalid_request"] * len(details)
@@ -412,10 +487,16 @@ def test_gemini_request_model_url_decoded_and_unary():
 
 def test_gemini_two_candidates_blocks_and_stop_per_candidate():
     g = GeminiAdapter()
-    chunk = {"candidates": [
-        {"index": 0, "content": {"parts": [{"text": "A"}, {"functionCall": {"name": "f"}}]}},
-        {"index": 1, "content": {"parts": [{"text": "plan", "thought": True}, {"text": "B"}]}, "finishReason": "STOP"},
-    ]}  # fmt: skip
+    chunk = {
+        "candidates": [
+            {"index": 0, "content": {"parts": [{"text": "A"}, {"functionCall": {"name": "f"}}]}},
+            {
+                "index": 1,
+                "content": {"parts": [{"text": "plan", "thought": True}, {"text": "B"}]},
+                "finishReason": "STOP",
+            },
+        ]
+    }
     assert g.on_message(frame(chunk)) == [
         ContentDelta(None, 0, "A", "text"),
         ToolCallEvent(None, 0, None, "f", ""),  # args absent: recorded as ""
@@ -464,8 +545,16 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=12,
 )
-ANTHROPIC_TYPES = ["message_start", "content_block_start", "content_block_delta", "message_delta", "message_stop",
-                   "error", "message", "ping"]  # fmt: skip
+ANTHROPIC_TYPES = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "message_delta",
+    "message_stop",
+    "error",
+    "message",
+    "ping",
+]
 ANTHROPIC_KEYS = ["message", "index", "content_block", "delta", "usage", "error", "content", "model", "stop_reason"]
 GEMINI_KEYS = ["candidates", "promptFeedback", "usageMetadata", "modelVersion", "error"]
 
@@ -520,8 +609,11 @@ def test_gemini_streamed_args_nested_paths_numbers_and_bools():
     ):
         assert g.on_message(fc_chunk(call)) == []
     out = g.on_message(fc_chunk({}, finish="STOP"))
-    args = {"recipe": {"name": "Lasagna", "items": [{"qty": 2, "unit": "cup"}, {"qty": 0.5}]},
-            "vegan": False, "note key": None}  # fmt: skip
+    args = {
+        "recipe": {"name": "Lasagna", "items": [{"qty": 2, "unit": "cup"}, {"qty": 0.5}]},
+        "vegan": False,
+        "note key": None,
+    }
     assert out == [
         ToolCallEvent(None, 0, "c1", "plan", orjson.dumps(args).decode()),
         StopEvent(None, "tool_use", "STOP"),
@@ -569,7 +661,11 @@ def test_gemini_streamed_args_unclosed_then_finish_or_next_call():
     out = g.on_message(fc_chunk({"name": "b", "willContinue": True}))  # a never closed
     assert events(out) == [ToolCallEvent(None, 0, None, "a", '{"x":1}')] and kinds(out) == ["invalid_event"]
     out = g.on_message(fc_chunk({}, finish="STOP")) + g.on_close()
-    assert events(out) == [ToolCallEvent(None, 1, None, "b", "{}"), StopEvent(None, "tool_use", "STOP"), StreamEnd(None)]
+    assert events(out) == [
+        ToolCallEvent(None, 1, None, "b", "{}"),
+        StopEvent(None, "tool_use", "STOP"),
+        StreamEnd(None),
+    ]
 
 
 def test_gemini_streamed_args_bad_paths_and_caps():

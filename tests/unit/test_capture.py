@@ -71,8 +71,9 @@ def failover(links: list[FakeLink], got: dict, restart_after_s: float = 60.0) ->
         links.append(FakeLink(**kw))
         return links[-1]
 
-    backend = FailoverBackend(default_registry(), "x:y", got.__setitem__, restart_after_s=restart_after_s,
-                              link_factory=make)  # fmt: skip
+    backend = FailoverBackend(
+        default_registry(), "x:y", got.__setitem__, restart_after_s=restart_after_s, link_factory=make
+    )
     backend.start(asyncio.new_event_loop())
     return backend
 
@@ -163,8 +164,16 @@ def test_in_process_backend_records_an_unknown_dialect_as_observer_error():
 
 def _state() -> FlowState:
     dialect = OpenAIChatDialect()
-    ex = skeleton(dialect, scheme="https", host="h", port=443, path="/v1/chat/completions?api_key=sk-x",
-                  method="POST", http_version="HTTP/2.0", started_at_s=T0)  # fmt: skip
+    ex = skeleton(
+        dialect,
+        scheme="https",
+        host="h",
+        port=443,
+        path="/v1/chat/completions?api_key=sk-x",
+        method="POST",
+        http_version="HTTP/2.0",
+        started_at_s=T0,
+    )
     return FlowState(dialect, ex, RequestView("POST", "h", "/v1/chat/completions", {}), "client-1")
 
 
@@ -179,7 +188,10 @@ def test_a_flow_without_a_response_is_recorded_from_its_request_alone():
     table.finish(state, StreamEnd(EndCause.EOF, T0 + 2))  # once per flow
     (rec,) = records
     assert (rec.outcome, rec.status_code, rec.error.code, rec.transport_error) == (
-        "error", 502, "no_response", "connect refused"
+        "error",
+        502,
+        "no_response",
+        "connect refused",
     )
     assert rec.path == "/v1/chat/completions?api_key=REDACTED"
     assert table.records_submitted == 1
@@ -257,11 +269,14 @@ def test_dependencies_point_inward():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "observer"
-    offenders = {str(p.relative_to(root)): sorted(n for n in _imports(p) if n.split(".")[0] == "addons")
-                 for p in root.rglob("*.py")}  # fmt: skip
+    offenders = {
+        str(p.relative_to(root)): sorted(n for n in _imports(p) if n.split(".")[0] == "addons")
+        for p in root.rglob("*.py")
+    }
     assert {k: v for k, v in offenders.items() if v} == {}
-    mitm = sorted(p.name for p in (root / "capture").glob("*.py") if any(n.split(".")[0] == "mitmproxy"
-                                                                        for n in _imports(p)))  # fmt: skip
+    mitm = sorted(
+        p.name for p in (root / "capture").glob("*.py") if any(n.split(".")[0] == "mitmproxy" for n in _imports(p))
+    )
     assert mitm == ["hooks.py"]
 
 
@@ -278,15 +293,30 @@ def test_response_facts_are_the_records_response_side():
     facts = fields(ResponseFacts)
     assert tuple(f.name for f in facts) == RESPONSE_FIELDS
     for f in facts:
-        assert (f.type, f.default, f.default_factory) == (record[f.name].type, record[f.name].default,
-                                                          record[f.name].default_factory)  # fmt: skip
-    request_side = {"id", "dialect", "scheme", "host", "port", "path", "method", "http_version", "status_code",
-                    "started_at", "request"}  # fmt: skip
+        assert (f.type, f.default, f.default_factory) == (
+            record[f.name].type,
+            record[f.name].default,
+            record[f.name].default_factory,
+        )
+    request_side = {
+        "id",
+        "dialect",
+        "scheme",
+        "host",
+        "port",
+        "path",
+        "method",
+        "http_version",
+        "status_code",
+        "started_at",
+        "request",
+    }
     assert set(record) == request_side | set(RESPONSE_FIELDS)
 
 
-def _serve(frames: bytes, registry: str = "observer.dialects.registry:default_registry",
-           close: bool = True) -> tuple[int, list]:  # fmt: skip
+def _serve(
+    frames: bytes, registry: str = "observer.dialects.registry:default_registry", close: bool = True
+) -> tuple[int, list]:
     """Runs the worker's loop (``serve``) in a thread on two real pipes: writes ``frames`` (then
     closes the data pipe when ``close``) and returns its exit status and every answer."""
     import os
@@ -318,8 +348,10 @@ def _serve(frames: bytes, registry: str = "observer.dialects.registry:default_re
 def test_the_worker_loop_answers_until_stop():
     from observer.capture.messages import Facts, Stop, Stopped, encode
 
-    frames = b"".join(encode(m) for m in (Open("a", SPEC), Data([("a", [CHAT, T0])]), Finish("a", StreamEnd(
-        EndCause.EOF, T0 + 1)), Stop()))  # fmt: skip
+    frames = b"".join(
+        encode(m)
+        for m in (Open("a", SPEC), Data([("a", [CHAT, T0])]), Finish("a", StreamEnd(EndCause.EOF, T0 + 1)), Stop())
+    )
     status, answers = _serve(frames, close=False)
     assert status == 0
     assert [a.__class__ for a in answers] == [Facts, Stopped]
@@ -335,8 +367,9 @@ def test_the_worker_loop_ends_on_eof_a_corrupt_frame_or_a_bad_registry():
     assert _serve(encode(Open("a", SPEC))) == (1, [])
     assert _serve(b"\xff\xff\xff\x7f") == (1, [])
     assert _serve(encode(Stop()), registry="no_such_module:registry") == (1, [])
-    status, answers = _serve(encode("not a message") + encode(Finish("x", StreamEnd(EndCause.EOF, T0)))
-                             + encode(Stop()), close=False)  # fmt: skip
+    status, answers = _serve(
+        encode("not a message") + encode(Finish("x", StreamEnd(EndCause.EOF, T0))) + encode(Stop()), close=False
+    )
     assert status == 0 and [a.__class__ for a in answers] == [Stopped]
 
 

@@ -36,7 +36,7 @@ def test_sources_in_order(monkeypatch, tmp_path):
 
 def test_config_file_from_env(monkeypatch, tmp_path):
     other = tmp_path / "elsewhere.toml"
-    other.write_text('proxy_port = 3128\n')
+    other.write_text("proxy_port = 3128\n")
     monkeypatch.setenv("OBSERVER_CONFIG", str(other))
     assert load_settings().proxy_port == 3128
 
@@ -99,7 +99,9 @@ def test_busy_proxy_port_is_a_clear_error(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        result = CliRunner().invoke(app, ["run", "--proxy-port", str(port), "--api-port", "0", "--data-dir", str(tmp_path)])
+        result = CliRunner().invoke(
+            app, ["run", "--proxy-port", str(port), "--api-port", "0", "--data-dir", str(tmp_path)]
+        )
     assert result.exit_code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.output and "--proxy-port" in result.output
 
@@ -134,9 +136,19 @@ def test_run_set_observer_db_is_the_store_of_proxy_and_api(tmp_path):
     the ``db`` setting, as ``--db``: migrated first (a bad URL: one line, exit 2, nothing started),
     then used by proxy and API alike."""
     result = CliRunner().invoke(
-        app, ["run", "--proxy-port", "0", "--api-port", "0", "--data-dir", str(tmp_path / "data"),
-              "--set", "observer_db=nosuch://x"],
-    )  # fmt: skip
+        app,
+        [
+            "run",
+            "--proxy-port",
+            "0",
+            "--api-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--set",
+            "observer_db=nosuch://x",
+        ],
+    )
     assert result.exit_code == 2
     assert "cannot open the audit store nosuch://x" in result.output
     assert "observer: proxy" not in result.output and not (tmp_path / "data").exists()
@@ -155,9 +167,21 @@ def test_run_refuses_a_bad_set_before_the_banner_and_the_api(tmp_path, option, m
     """Trial finding: a bad ``--set`` value was refused only after the ready banner was printed
     and the API token created; now nothing is started and nothing claims to be ready."""
     result = CliRunner().invoke(
-        app, ["run", "--proxy-port", "0", "--api-port", "0", "--data-dir", str(tmp_path / "data"),
-              "--db", f"sqlite:///{tmp_path / 'x.db'}", "--set", option],
-    )  # fmt: skip
+        app,
+        [
+            "run",
+            "--proxy-port",
+            "0",
+            "--api-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--db",
+            f"sqlite:///{tmp_path / 'x.db'}",
+            "--set",
+            option,
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "observer: proxy" not in result.output

@@ -42,7 +42,10 @@ REQUEST = b'{"model":"gpt","messages":[{"role":"user","content":"hi"}],"stream":
 LIMITS = Limits(max_stream_text_chars=1 << 30, max_event_bytes=1 << 28, max_stream_events=1 << 30)
 _HEAD = b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt","choices":[{"index":0,"delta":'
 _OPENING = _HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
-_CALL = _HEAD + b'{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}\n\n'
+_CALL = (
+    _HEAD
+    + b'{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}\n\n'
+)
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -81,15 +84,33 @@ def _observer() -> StreamObserver:
     dialect = default_registry().get("openai.chat")
     view = RequestView("POST", "127.0.0.1", "/v1/chat/completions", {"content-type": "application/json"})
     facts, _ = dialect.parse_request(REQUEST, view)
-    spec = ResponseSpec(dialect.name, 200, "text/event-stream", None, 0.0, view.path, tuple(facts.tool_names),
-                        facts.request_id, facts.stream, LIMITS)  # fmt: skip
+    spec = ResponseSpec(
+        dialect.name,
+        200,
+        "text/event-stream",
+        None,
+        0.0,
+        view.path,
+        tuple(facts.tool_names),
+        facts.request_id,
+        facts.stream,
+        LIMITS,
+    )
     return StreamObserver(dialect, spec)
 
 
 def _record(obs: StreamObserver, chunks: list[bytes]) -> Exchange:
     """The record of the stream ``obs`` was fed (``chunks``), assembled as the capture path does."""
-    ex = Exchange(id="linear", dialect="openai.chat", host="127.0.0.1", path="/v1/chat/completions", method="POST",
-                  http_version="HTTP/1.1", started_at=datetime.fromtimestamp(0, tz=timezone.utc), status_code=200)
+    ex = Exchange(
+        id="linear",
+        dialect="openai.chat",
+        host="127.0.0.1",
+        path="/v1/chat/completions",
+        method="POST",
+        http_version="HTTP/1.1",
+        started_at=datetime.fromtimestamp(0, tz=timezone.utc),
+        status_code=200,
+    )
     return assemble(ex, [], obs.finish(StreamEnd(EndCause.EOF, 1.0 + len(chunks))))
 
 

@@ -28,19 +28,32 @@ def _observe(case_like: dict[str, Any], chunks: list[bytes], *, general: bool, l
     """The record of ``chunks`` as the response of ``case_like``; ``general``: through
     ``general_only`` (no fast lane offered to the tap)."""
     return observe(
-        case_like["dialect"], case_like["request"], chunks, status=case_like.get("status", 200),
-        content_type=case_like["content_type"], content_encoding=case_like.get("content_encoding"),
-        end=case_like.get("end", EndCause.EOF), limits=limits, path=case_like["path"],
-        request_headers=case_like["headers"], general=general,
-    )  # fmt: skip
+        case_like["dialect"],
+        case_like["request"],
+        chunks,
+        status=case_like.get("status", 200),
+        content_type=case_like["content_type"],
+        content_encoding=case_like.get("content_encoding"),
+        end=case_like.get("end", EndCause.EOF),
+        limits=limits,
+        path=case_like["path"],
+        request_headers=case_like["headers"],
+        general=general,
+    )
 
 
 def _case_like(dialect: str, name: str) -> dict[str, Any]:
     c = load(dialect, name)
     return {
-        "dialect": dialect, "path": c.path, "headers": c.request_headers, "request": c.request,
-        "content_type": c.content_type, "content_encoding": c.content_encoding, "status": c.status, "end": c.end,
-    }  # fmt: skip
+        "dialect": dialect,
+        "path": c.path,
+        "headers": c.request_headers,
+        "request": c.request,
+        "content_type": c.content_type,
+        "content_encoding": c.content_encoding,
+        "status": c.status,
+        "end": c.end,
+    }
 
 
 FIXTURE_CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
@@ -85,21 +98,34 @@ def _std(ops: list[tuple[str, Any]]) -> bytes:
     seq = 1
     for kind, val in ops:
         if kind in ("delta", "frag"):
-            out.append(_sse({"v": "1.0", "seq": seq, "type": "content.delta", "index": 0, "delta": {"text": val}},
-                            "content.delta"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"v": "1.0", "seq": seq, "type": "content.delta", "index": 0, "delta": {"text": val}},
+                    "content.delta",
+                )
+            )
         elif val == 0:
             seq += 1  # a gap
         elif val == 1:
-            out.append(_sse({"v": "1.0", "seq": seq, "type": "content.delta", "index": 2, "delta": {"text": "x"}},
-                            "message"))  # fmt: skip
+            out.append(
+                _sse({"v": "1.0", "seq": seq, "type": "content.delta", "index": 2, "delta": {"text": "x"}}, "message")
+            )
         elif val == 2:
-            out.append(_sse({"v": "2.0", "seq": seq, "type": "content.delta", "index": 1, "delta": {"text": "y"}},
-                            "content.delta"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"v": "2.0", "seq": seq, "type": "content.delta", "index": 1, "delta": {"text": "y"}},
+                    "content.delta",
+                )
+            )
         elif val == 3:
             out.append(b'event: content.delta\ndata: {"v":"1.0","seq":' + str(seq).encode() + b',"x":"\xff"}\n\n')
         elif val == 4:
-            out.append(_sse({"v": "1.0", "seq": seq - 1, "type": "content.delta", "index": 0, "delta": {"text": "r"}},
-                            "content.delta"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"v": "1.0", "seq": seq - 1, "type": "content.delta", "index": 0, "delta": {"text": "r"}},
+                    "content.delta",
+                )
+            )
         else:
             out.append(b"event: content.delta\ndata: {not json\n\n")
         seq += 1
@@ -120,10 +146,24 @@ def _chat(ops: list[tuple[str, Any]]) -> bytes:
         elif kind == "frag":
             out.append(chunk({"tool_calls": [{"index": len(val) % 2, "function": {"arguments": val}}]}))
         elif val == 6:
-            out.append(chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
-                                              "function": {"name": "get_weather", "arguments": ""}}]}))  # fmt: skip
+            out.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_a",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
         elif val == 7:
-            out.append(chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "x", "arguments": "{"}}]}))
+            out.append(
+                chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "x", "arguments": "{"}}]})
+            )
         elif val == 0:
             out.append(chunk({"reasoning_content": "think"}))
         elif val == 1:
@@ -144,51 +184,100 @@ def _chat(ops: list[tuple[str, Any]]) -> bytes:
 
 def _anthropic(ops: list[tuple[str, Any]]) -> bytes:
     out = [
-        _sse({"type": "message_start", "message": {"id": "msg", "model": "claude", "usage": {"input_tokens": 1}}},
-             "message_start"),
-        _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-             "content_block_start"),
-    ]  # fmt: skip
+        _sse(
+            {"type": "message_start", "message": {"id": "msg", "model": "claude", "usage": {"input_tokens": 1}}},
+            "message_start",
+        ),
+        _sse(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            "content_block_start",
+        ),
+    ]
     for kind, val in ops:
         if kind == "delta":
-            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": val}},
-                            "content_block_delta"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": val}},
+                    "content_block_delta",
+                )
+            )
         elif kind == "frag":
-            out.append(_sse({"type": "content_block_delta", "index": 1 + len(val) % 2,
-                             "delta": {"type": "input_json_delta", "partial_json": val}}, "content_block_delta"))  # fmt: skip
+            out.append(
+                _sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": 1 + len(val) % 2,
+                        "delta": {"type": "input_json_delta", "partial_json": val},
+                    },
+                    "content_block_delta",
+                )
+            )
         elif val == 6:
-            out.append(_sse({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use",
-                             "id": "toolu_1", "name": "get_weather", "input": {}}}, "content_block_start"))  # fmt: skip
+            out.append(
+                _sse(
+                    {
+                        "type": "content_block_start",
+                        "index": 1,
+                        "content_block": {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+                    },
+                    "content_block_start",
+                )
+            )
         elif val == 7:
-            out.append(_sse({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
-                            "content_block_start"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+                    "content_block_start",
+                )
+            )
         elif val == 0:
             out.append(_sse({"type": "ping"}, "ping"))
         elif val == 1:
-            out.append(_sse({"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "u"}},
-                            "content_block_delta"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "u"}},
+                    "content_block_delta",
+                )
+            )
         elif val == 2:
-            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "n"}},
-                            "content_block_stop"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "n"}},
+                    "content_block_stop",
+                )
+            )
         elif val == 3:
-            out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta",
-                             "thinking": "t"}}))  # fmt: skip
+            out.append(
+                _sse({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "t"}})
+            )
         elif val == 4:
             out.append(_sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 5}}))
         else:
-            out.append(b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":'
-                       b'{"type":"text_delta","text":"\xc3"}}\n\n')  # fmt: skip
+            out.append(
+                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":'
+                b'{"type":"text_delta","text":"\xc3"}}\n\n'
+            )
     out.append(_sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
-    out.append(_sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
-                    "message_delta"))  # fmt: skip
+    out.append(
+        _sse(
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
+            "message_delta",
+        )
+    )
     out.append(_sse({"type": "message_stop"}, "message_stop"))
     return b"".join(out)
 
 
 def _gemini(ops: list[tuple[str, Any]]) -> bytes:
     def chunk(parts: list[Any], **kw: Any) -> bytes:
-        return _sse({"candidates": [{"content": {"role": "model", "parts": parts}, **kw}],
-                     "usageMetadata": {"trafficType": "ON_DEMAND"}, "modelVersion": "g1"}, nl="\r\n")  # fmt: skip
+        return _sse(
+            {
+                "candidates": [{"content": {"role": "model", "parts": parts}, **kw}],
+                "usageMetadata": {"trafficType": "ON_DEMAND"},
+                "modelVersion": "g1",
+            },
+            nl="\r\n",
+        )
 
     out = []
     for kind, val in ops:
@@ -197,8 +286,12 @@ def _gemini(ops: list[tuple[str, Any]]) -> bytes:
         elif val == 0:
             out.append(chunk([{"text": "th", "thought": True}]))
         elif val == 1:
-            out.append(_sse({"candidates": [{"content": {"parts": [{"text": "u"}]}}],
-                             "usageMetadata": {"promptTokenCount": 4}}, nl="\r\n"))  # fmt: skip
+            out.append(
+                _sse(
+                    {"candidates": [{"content": {"parts": [{"text": "u"}]}}], "usageMetadata": {"promptTokenCount": 4}},
+                    nl="\r\n",
+                )
+            )
         elif val == 2:
             out.append(_sse({"candidates": [{"content": {"parts": [{"text": "v"}]}}], "modelVersion": "g2"}, nl="\r\n"))
         elif val == 3:
@@ -228,11 +321,32 @@ def _responses(ops: list[tuple[str, Any]]) -> bytes:
         if kind == "delta":
             out.append(ev({**base, "delta": val}))
         elif kind == "frag":
-            out.append(ev({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 1,
-                           "delta": val}))  # fmt: skip
+            out.append(
+                ev(
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "item_id": "fc_1",
+                        "output_index": 1,
+                        "delta": val,
+                    }
+                )
+            )
         elif val == 6:
-            out.append(ev({"type": "response.output_item.added", "output_index": 1, "item": {"type": "function_call",
-                           "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": ""}}))  # fmt: skip
+            out.append(
+                ev(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": 1,
+                        "item": {
+                            "type": "function_call",
+                            "id": "fc_1",
+                            "call_id": "call_1",
+                            "name": "get_weather",
+                            "arguments": "",
+                        },
+                    }
+                )
+            )
         elif val == 7:
             out.append(ev({"type": "response.function_call_arguments.delta", "item_id": "fc_9", "delta": "z"}))
         elif val == 0:
@@ -247,10 +361,25 @@ def _responses(ops: list[tuple[str, Any]]) -> bytes:
         elif val == 4:
             out.append(ev({**base, "content_index": 1, "delta": "p", "sequence_number": max(seq - 2, 0)}, seq_on=False))
         else:
-            out.append(ev({"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0,
-                           "content_index": 0, "text": "whole"}))  # fmt: skip
-    out.append(ev({"type": "response.completed", "response": {**resp, "status": "completed",
-                   "usage": {"input_tokens": 1, "output_tokens": 2}}}))  # fmt: skip
+            out.append(
+                ev(
+                    {
+                        "type": "response.output_text.done",
+                        "item_id": "msg_1",
+                        "output_index": 0,
+                        "content_index": 0,
+                        "text": "whole",
+                    }
+                )
+            )
+    out.append(
+        ev(
+            {
+                "type": "response.completed",
+                "response": {**resp, "status": "completed", "usage": {"input_tokens": 1, "output_tokens": 2}},
+            }
+        )
+    )
     return b"".join(out)
 
 
@@ -302,8 +431,18 @@ def _ollama(ops: list[tuple[str, Any]]) -> bytes:
             out.append(line({"model": "llama", "message": {"content": "d"}, "done": "no"}))
         else:
             out.append(b"\r\n  \n{broken\n")
-    out.append(line({"model": "llama", "message": {"role": "assistant", "content": ""}, "done": True,
-                     "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 4}))  # fmt: skip
+    out.append(
+        line(
+            {
+                "model": "llama",
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": 3,
+                "eval_count": 4,
+            }
+        )
+    )
     return b"".join(out)
 
 
@@ -317,7 +456,7 @@ GENERATED = {
     "ollama": (_ollama, "application/x-ndjson"),
 }
 
-_texts = st.text(alphabet=st.sampled_from(list("ab \n\t\"\\é日🙂\x00")), max_size=6)
+_texts = st.text(alphabet=st.sampled_from(list('ab \n\t"\\é日🙂\x00')), max_size=6)
 _ops = st.lists(
     st.one_of(
         st.tuples(st.just("delta"), _texts),
@@ -339,8 +478,12 @@ _limits = st.sampled_from(
 
 @pytest.mark.parametrize("dialect", sorted(GENERATED))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=_ops, points=st.lists(st.integers(min_value=0, max_value=4000), max_size=25), limits=_limits,
-       whole=st.booleans())  # fmt: skip
+@given(
+    ops=_ops,
+    points=st.lists(st.integers(min_value=0, max_value=4000), max_size=25),
+    limits=_limits,
+    whole=st.booleans(),
+)
 def test_generated_fast_equals_general(dialect, ops, points, limits, whole):
     """Token streams with noise (events the fast lane must decline: gaps, mismatched event
     names, invalid UTF-8 or JSON, other blocks, model changes, ...), in any chunking and under
@@ -423,20 +566,47 @@ def test_sse_shortcuts_are_chunking_independent(lines, eols, points, limit, bom)
 # -- Gemini streamed function-call arguments (GeminiAdapter._fast_call) --------------------------
 
 _GEM_CALL_PARTS = [
-    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "ab", "willContinue": True}],
-                      "willContinue": True}},
-    {"functionCall": {"partialArgs": [{"jsonPath": "$['content']", "stringValue": "x", "willContinue": True}],
-                      "willContinue": True}},
-    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "é\n", "willContinue": True}],
-                      "willContinue": True}, "text": "t"},
+    {
+        "functionCall": {
+            "partialArgs": [{"jsonPath": "$.content", "stringValue": "ab", "willContinue": True}],
+            "willContinue": True,
+        }
+    },
+    {
+        "functionCall": {
+            "partialArgs": [{"jsonPath": "$['content']", "stringValue": "x", "willContinue": True}],
+            "willContinue": True,
+        }
+    },
+    {
+        "functionCall": {
+            "partialArgs": [{"jsonPath": "$.content", "stringValue": "é\n", "willContinue": True}],
+            "willContinue": True,
+        },
+        "text": "t",
+    },
     {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "c"}], "willContinue": True}},
-    {"functionCall": {"partialArgs": [{"jsonPath": "$.path", "stringValue": "p", "willContinue": True}],
-                      "willContinue": True}},
-    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "numberValue": 3, "willContinue": True}],
-                      "willContinue": True}},
-    {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "d", "willContinue": True},
-                                      {"jsonPath": "$.content", "stringValue": "e", "willContinue": True}],
-                      "willContinue": True}},
+    {
+        "functionCall": {
+            "partialArgs": [{"jsonPath": "$.path", "stringValue": "p", "willContinue": True}],
+            "willContinue": True,
+        }
+    },
+    {
+        "functionCall": {
+            "partialArgs": [{"jsonPath": "$.content", "numberValue": 3, "willContinue": True}],
+            "willContinue": True,
+        }
+    },
+    {
+        "functionCall": {
+            "partialArgs": [
+                {"jsonPath": "$.content", "stringValue": "d", "willContinue": True},
+                {"jsonPath": "$.content", "stringValue": "e", "willContinue": True},
+            ],
+            "willContinue": True,
+        }
+    },
     {"functionCall": {"name": "write_file", "willContinue": True}},
     {"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "", "willContinue": True}]}},
     {"text": "plain"},
@@ -458,16 +628,25 @@ def test_gemini_call_fast_equals_general(picks, points, limits, whole):
     like = _streaming_case("gemini", "text/event-stream")
 
     def chunk(part: dict[str, Any], **kw: Any) -> bytes:
-        return _sse({"candidates": [{"content": {"role": "model", "parts": [part]}, **kw}],
-                     "modelVersion": "g1"}, nl="\r\n")  # fmt: skip
+        return _sse(
+            {"candidates": [{"content": {"role": "model", "parts": [part]}, **kw}], "modelVersion": "g1"}, nl="\r\n"
+        )
 
     body = b"".join(
-        [chunk({"functionCall": {"name": "write_file", "willContinue": True}}),
-         chunk({"functionCall": {"partialArgs": [{"jsonPath": "$.content", "stringValue": "s",
-                                                  "willContinue": True}], "willContinue": True}})]
+        [
+            chunk({"functionCall": {"name": "write_file", "willContinue": True}}),
+            chunk(
+                {
+                    "functionCall": {
+                        "partialArgs": [{"jsonPath": "$.content", "stringValue": "s", "willContinue": True}],
+                        "willContinue": True,
+                    }
+                }
+            ),
+        ]
         + [chunk(_GEM_CALL_PARTS[i]) for i in picks]
         + [chunk({"text": ""}, finishReason="STOP")]
-    )  # fmt: skip
+    )
     chunks = [body] if whole else split_at(body, points)
     fast = _observe(like, chunks, general=False, limits=limits)
     assert fast == _observe(like, chunks, general=True, limits=limits)
@@ -576,11 +755,15 @@ def test_long_runs_equal_general(chunking, limits):
     events += [b"data: " + _chat_delta(f"t{i} ") + b"\n\n" for i in range(600)]
     events += [b"data: " + (head % 1) + b'{"content":"other"},"finish_reason":null}]}\n\n' for _ in range(3)]
     for call in (0, 1):
-        opening = (b'{"tool_calls":[{"index":%d,"id":"call_%d","type":"function",'
-                   b'"function":{"name":"f","arguments":""}}]}')
+        opening = (
+            b'{"tool_calls":[{"index":%d,"id":"call_%d","type":"function","function":{"name":"f","arguments":""}}]}'
+        )
         events.append(b"data: " + _CHAT_HEAD + opening % (call, call) + b',"finish_reason":null}]}\n\n')
-        events += [b"data: " + _CHAT_HEAD + b'{"tool_calls":[{"index":%d,"function":{"arguments":"a%d"}}]},'
-                   b'"finish_reason":null}]}\n\n' % (call, i) for i in range(300)]  # fmt: skip
+        events += [
+            b"data: " + _CHAT_HEAD + b'{"tool_calls":[{"index":%d,"function":{"arguments":"a%d"}}]},'
+            b'"finish_reason":null}]}\n\n' % (call, i)
+            for i in range(300)
+        ]
     events.append(b"data: [DONE]\n\n")
     body = b"".join(events)
     chunks = {"event": events, "whole": [body], "pieces": split_at(body, range(0, len(body), 4099))}[chunking]
@@ -667,8 +850,8 @@ class _Mutant:
 
 def _through(**changes: Any):
     """A mutation of ``fast``: its hits go through a ``_Mutant`` making ``changes``."""
-    return lambda original: lambda self, event, obj, sink, now_s: original(
-        self, event, obj, _Mutant(sink, **changes), now_s
+    return lambda original: (
+        lambda self, event, obj, sink, now_s: original(self, event, obj, _Mutant(sink, **changes), now_s)
     )
 
 
@@ -749,12 +932,20 @@ def test_general_path_never_takes_a_fast_lane(dialect, monkeypatch):
 @pytest.mark.parametrize(
     ("dialect", "content_type", "body", "expected"),
     [
-        ("openai.chat", "text/event-stream", b'event: x\nid: 7\ndata: {"choices":[]}\n\n',
-         [("SSE", "x", '{"choices":[]}', "7", 37)]),
-        ("ollama", "application/x-ndjson", b'{"model":"m","done":false}\r\n',
-         [("frame", "", '{"model":"m","done":false}', None, 28)]),
+        (
+            "openai.chat",
+            "text/event-stream",
+            b'event: x\nid: 7\ndata: {"choices":[]}\n\n',
+            [("SSE", "x", '{"choices":[]}', "7", 37)],
+        ),
+        (
+            "ollama",
+            "application/x-ndjson",
+            b'{"model":"m","done":false}\r\n',
+            [("frame", "", '{"model":"m","done":false}', None, 28)],
+        ),
     ],
-)  # fmt: skip
+)
 def test_parsed_message_reads_like_its_text_form(dialect, content_type, body, expected, monkeypatch):
     """The message ``on_object`` gets (data parsed from the bytes, its text decoded only when
     read) has the text form's ``event``, ``data``, ``id`` and ``size_bytes``."""

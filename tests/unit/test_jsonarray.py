@@ -83,78 +83,78 @@ def assert_exact_substrings(body: bytes, out: list, start: int = 0) -> int:
 # raw 2-, 3- and 4-byte UTF-8; a functionCall with an args object (nested array, a string with
 # brackets and escaped quotes); the last text is a lone escaped backslash right before '"'.
 GEMINI = (
-    b'[{\n'
+    b"[{\n"
     b'  "candidates": [\n'
-    b'    {\n'
+    b"    {\n"
     b'      "content": {\n'
     b'        "parts": [\n'
-    b'          {\n'
+    b"          {\n"
     b'            "text": "Okay: a]b}c,d \\"quoted\\" back\\\\slash \\u003ctag\\u003e'
     b' caf\xc3\xa9 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x99\x82"\n'
-    b'          }\n'
-    b'        ],\n'
+    b"          }\n"
+    b"        ],\n"
     b'        "role": "model"\n'
-    b'      },\n'
+    b"      },\n"
     b'      "index": 0\n'
-    b'    }\n'
-    b'  ],\n'
+    b"    }\n"
+    b"  ],\n"
     b'  "usageMetadata": {\n'
     b'    "promptTokenCount": 9,\n'
     b'    "candidatesTokenCount": 12,\n'
     b'    "totalTokenCount": 21\n'
-    b'  },\n'
+    b"  },\n"
     b'  "modelVersion": "gemini-2.5-flash",\n'
     b'  "responseId": "IZI2aKfXBqSo1PIPj9GnmAg"\n'
-    b'}\n'
-    b',\r\n'
-    b'{\n'
+    b"}\n"
+    b",\r\n"
+    b"{\n"
     b'  "candidates": [\n'
-    b'    {\n'
+    b"    {\n"
     b'      "content": {\n'
     b'        "parts": [\n'
-    b'          {\n'
+    b"          {\n"
     b'            "functionCall": {\n'
     b'              "name": "getWeather",\n'
     b'              "args": {\n'
     b'                "location": "Tokyo [JP], {\\"ward\\": \\"Minato\\"}",\n'
     b'                "days": [1, 2, [3]]\n'
-    b'              }\n'
-    b'            },\n'
+    b"              }\n"
+    b"            },\n"
     b'            "thoughtSignature": "CikB0e2Kb8Q="\n'
-    b'          }\n'
-    b'        ],\n'
+    b"          }\n"
+    b"        ],\n"
     b'        "role": "model"\n'
-    b'      },\n'
+    b"      },\n"
     b'      "index": 0\n'
-    b'    }\n'
-    b'  ],\n'
+    b"    }\n"
+    b"  ],\n"
     b'  "modelVersion": "gemini-2.5-flash"\n'
-    b'}\n'
-    b',\r\n'
-    b'{\n'
+    b"}\n"
+    b",\r\n"
+    b"{\n"
     b'  "candidates": [\n'
-    b'    {\n'
+    b"    {\n"
     b'      "content": {\n'
     b'        "parts": [\n'
-    b'          {\n'
+    b"          {\n"
     b'            "text": "\\\\"\n'
-    b'          }\n'
-    b'        ],\n'
+    b"          }\n"
+    b"        ],\n"
     b'        "role": "model"\n'
-    b'      },\n'
+    b"      },\n"
     b'      "finishReason": "STOP",\n'
     b'      "index": 0\n'
-    b'    }\n'
-    b'  ],\n'
+    b"    }\n"
+    b"  ],\n"
     b'  "usageMetadata": {\n'
     b'    "promptTokenCount": 9,\n'
     b'    "candidatesTokenCount": 23,\n'
     b'    "totalTokenCount": 217,\n'
     b'    "thoughtsTokenCount": 185\n'
-    b'  },\n'
+    b"  },\n"
     b'  "modelVersion": "gemini-2.5-flash"\n'
-    b'}\n'
-    b']'
+    b"}\n"
+    b"]"
 )
 
 GEMINI_1 = {
@@ -192,9 +192,7 @@ GEMINI_2 = {
     "modelVersion": "gemini-2.5-flash",
 }
 GEMINI_3 = {
-    "candidates": [
-        {"content": {"parts": [{"text": "\\"}], "role": "model"}, "finishReason": "STOP", "index": 0}
-    ],
+    "candidates": [{"content": {"parts": [{"text": "\\"}], "role": "model"}, "finishReason": "STOP", "index": 0}],
     "usageMetadata": {
         "promptTokenCount": 9,
         "candidatesTokenCount": 23,
@@ -302,7 +300,7 @@ EXPECTED: dict[str, tuple[bytes, list]] = {
             fr('{"d":0}', 11),
         ],
     ),
-    "junk_then_close": (b'[1 ?? ]', [fr("1", 2), junk(3, "'?'")]),
+    "junk_then_close": (b"[1 ?? ]", [fr("1", 2), junk(3, "'?'")]),
     "trailing_comma": (b"[1,\n]", [fr("1", 2), invalid("trailing ',' before the closing ']' at byte 4")]),
     "leading_comma": (b'[,{"a":1}]', [junk(1, "','", "an element or ']'"), fr('{"a":1}', 9)]),
     "not_an_array": (
@@ -526,4 +524,7 @@ def test_max_element_bytes_validated(bad):
 
 def test_message_shape():
     """The framer's messages are ``(None, element bytes undecoded, None, None, size_bytes)``."""
-    assert JSONArrayDecoder().feed(b'[ {"a":1}, "\xff"]') == [(None, b'{"a":1}', None, None, 9), (None, b'"\xff"', None, None, 5)]
+    assert JSONArrayDecoder().feed(b'[ {"a":1}, "\xff"]') == [
+        (None, b'{"a":1}', None, None, 9),
+        (None, b'"\xff"', None, None, 5),
+    ]

@@ -33,14 +33,21 @@ def test_oversize_event_is_skipped_and_flagged():
 
 def test_stream_text_cap():
     """Text beyond max_stream_text_chars is dropped once, flagged once."""
-    body = START + delta(1, "abcdef") + delta(2, "ghij") + b'event: stream.end\ndata: {"v":"1.0","seq":3,"type":"stream.end"}\n\n'
+    body = (
+        START
+        + delta(1, "abcdef")
+        + delta(2, "ghij")
+        + b'event: stream.end\ndata: {"v":"1.0","seq":3,"type":"stream.end"}\n\n'
+    )
     rec = observe("llm-stream-1.0", REQ, [body], limits=Limits(max_stream_text_chars=8))
     assert rec["text"] == "abcdefgh"
     assert [v["kind"] for v in rec["violations"]] == ["oversize_stream"]
 
 
 def test_http_error_body_capped():
-    rec = observe("llm-stream-1.0", REQ, [b"e" * 100], status=503, content_type="text/plain", limits=Limits(max_body_bytes=10))
+    rec = observe(
+        "llm-stream-1.0", REQ, [b"e" * 100], status=503, content_type="text/plain", limits=Limits(max_body_bytes=10)
+    )
     assert rec["outcome"] == "http_error"
     assert rec["response_body"] == "e" * 10
     assert rec["response_bytes"] == 100
@@ -54,8 +61,14 @@ def test_gzip_http_error_body_kept_decoded(cut):
 
     body = b'{"error":{"message":"overloaded"}}'
     wire = gzip.compress(body)
-    rec = observe("llm-stream-1.0", REQ, [wire[:cut], wire[cut:]], status=529, content_type="application/json",
-                  content_encoding="gzip")  # fmt: skip
+    rec = observe(
+        "llm-stream-1.0",
+        REQ,
+        [wire[:cut], wire[cut:]],
+        status=529,
+        content_type="application/json",
+        content_encoding="gzip",
+    )
     assert rec["outcome"] == "http_error"
     assert rec["response_body"] == body.decode()
 
@@ -76,8 +89,14 @@ def test_whole_json_body_over_its_cap():
     """A non-streaming JSON answer larger than max_json_body_bytes: one oversize_event, no
     message; the record says the stream could not be read to its end."""
     body = b'{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"content":"' + b"x" * 200 + b'"}}]}'
-    rec = observe("openai.chat", b'{"model":"m","messages":[]}', [body[:50], body[50:]], content_type="application/json",
-                  path="/v1/chat/completions", limits=Limits(max_json_body_bytes=100))  # fmt: skip
+    rec = observe(
+        "openai.chat",
+        b'{"model":"m","messages":[]}',
+        [body[:50], body[50:]],
+        content_type="application/json",
+        path="/v1/chat/completions",
+        limits=Limits(max_json_body_bytes=100),
+    )
     assert [v["kind"] for v in rec["violations"]] == ["oversize_event", "missing_stream_end"]
     assert rec["text"] == ""
 
@@ -101,21 +120,65 @@ def test_non_sse_2xx_flagged():
     assert rec["response_body"] == '{"ok":true}'
 
 
-PURE = ["observer/wire", "observer/dialects", "observer/reassembly.py", "observer/records.py", "observer/events.py",
-        "observer/tap.py", "observer/limits.py", "observer/redact.py", "observer/response.py"]  # fmt: skip
+PURE = [
+    "observer/wire",
+    "observer/dialects",
+    "observer/reassembly.py",
+    "observer/records.py",
+    "observer/events.py",
+    "observer/tap.py",
+    "observer/limits.py",
+    "observer/redact.py",
+    "observer/response.py",
+]
 # Modules the pure core may not import (a dotted name or anything below it): proxy, database, web
 # framework, event loop, threads and processes, clocks, randomness, files, network.
-FORBIDDEN_MODULES = frozenset({
-    "mitmproxy", "sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "asyncio", "socket", "ssl", "select",
-    "selectors", "threading", "multiprocessing", "concurrent", "subprocess", "signal", "time", "random", "secrets",
-    "uuid", "os", "pathlib", "shutil", "tempfile", "http", "urllib.request",
-})  # fmt: skip
+FORBIDDEN_MODULES = frozenset(
+    {
+        "mitmproxy",
+        "sqlalchemy",
+        "alembic",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "asyncio",
+        "socket",
+        "ssl",
+        "select",
+        "selectors",
+        "threading",
+        "multiprocessing",
+        "concurrent",
+        "subprocess",
+        "signal",
+        "time",
+        "random",
+        "secrets",
+        "uuid",
+        "os",
+        "pathlib",
+        "shutil",
+        "tempfile",
+        "http",
+        "urllib.request",
+    }
+)
 # Names the pure core may not use, fully qualified (imports and aliases resolved): clock readings
 # from otherwise allowed modules, and the builtins and streams that do I/O.
-FORBIDDEN_NAMES = frozenset({
-    "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today",
-    "builtins.open", "builtins.print", "builtins.input", "sys.stdin", "sys.stdout", "sys.stderr",
-})  # fmt: skip
+FORBIDDEN_NAMES = frozenset(
+    {
+        "datetime.datetime.now",
+        "datetime.datetime.utcnow",
+        "datetime.datetime.today",
+        "datetime.date.today",
+        "builtins.open",
+        "builtins.print",
+        "builtins.input",
+        "sys.stdin",
+        "sys.stdout",
+        "sys.stderr",
+    }
+)
 _IO_BUILTINS = frozenset({"open", "print", "input"})
 
 

@@ -150,7 +150,9 @@ def test_chunking_independent_with_small_limits(name, points, limit):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    lines=st.lists(st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=30), max_size=8),
+    lines=st.lists(
+        st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=30), max_size=8
+    ),
     crlf=st.booleans(),
     points=CUT_POINTS,
 )

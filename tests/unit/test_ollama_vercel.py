@@ -74,24 +74,34 @@ def kinds(items: list) -> list[str]:
 # ----- detection -----
 
 
-@pytest.mark.parametrize(
-    "path", ["/api/chat", "/api/generate", "/api/chat?x=1", "/ollama/api/chat", "/api/generate/"]
-)
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate", "/api/chat?x=1", "/ollama/api/chat", "/api/generate/"])
 def test_ollama_paths_detected(path):
     assert default_registry().classify(view(path)).name == "ollama"
 
 
-@pytest.mark.parametrize(("path", "method"), [("/api/chat", "GET"), ("/api/tags", "POST"), ("/api/chatty", "POST"),
-                                              ("/api/embed", "POST"), ("/x?next=/api/chat", "POST")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/api/chat", "GET"),
+        ("/api/tags", "POST"),
+        ("/api/chatty", "POST"),
+        ("/api/embed", "POST"),
+        ("/x?next=/api/chat", "POST"),
+    ],
+)
 def test_other_requests_not_ollama(path, method):
     found = default_registry().classify(view(path, method))
     assert found is None or found.name != "ollama"
 
 
 @pytest.mark.parametrize(
-    "headers", [{"x-vercel-ai-ui-message-stream": "v1"}, {"x-vercel-ai-data-stream": "v1"},
-                {"x-vercel-ai-ui-message-stream": " V1 "}]
-)  # fmt: skip
+    "headers",
+    [
+        {"x-vercel-ai-ui-message-stream": "v1"},
+        {"x-vercel-ai-data-stream": "v1"},
+        {"x-vercel-ai-ui-message-stream": " V1 "},
+    ],
+)
 def test_ai_sdk_response_header_reclassifies_api_chat(headers):
     """An app's POST /api/chat first looks like Ollama; the AI SDK response header wins."""
     registry = default_registry()
@@ -113,9 +123,14 @@ def test_vercel_never_matches_a_request():
 
 @pytest.mark.parametrize(
     ("mtype", "framing"),
-    [("application/x-ndjson", Framing.NDJSON), ("application/ndjson", Framing.NDJSON),
-     ("application/json", Framing.JSON), ("text/plain", None), ("text/event-stream", None)],
-)  # fmt: skip
+    [
+        ("application/x-ndjson", Framing.NDJSON),
+        ("application/ndjson", Framing.NDJSON),
+        ("application/json", Framing.JSON),
+        ("text/plain", None),
+        ("text/event-stream", None),
+    ],
+)
 def test_ollama_framing(mtype, framing):
     assert OllamaDialect().framing(ResponseSpec("ollama", 200, mtype, path="/api/chat")) == framing
 
@@ -225,9 +240,15 @@ def test_ui_request_completion_prompt_and_v4_attachments():
         b'"contentType":"image/png","url":"data:image/png;base64,TWE="},{"url":"https://x.test/b.png"}]}]}'
     )
     assert parse_ui_request(body).messages == [
-        {"role": "user", "content": "see", "experimental_attachments": [
-            {"name": "a.png", "contentType": "image/png", "data_bytes": 2}, {"url": "https://x.test/b.png"}]}
-    ]  # fmt: skip
+        {
+            "role": "user",
+            "content": "see",
+            "experimental_attachments": [
+                {"name": "a.png", "contentType": "image/png", "data_bytes": 2},
+                {"url": "https://x.test/b.png"},
+            ],
+        }
+    ]
 
 
 # ----- Ollama adapter -----
@@ -236,12 +257,27 @@ def test_ui_request_completion_prompt_and_v4_attachments():
 def test_ollama_adapter_line_faults():
     a = OllamaAdapter()
     out = []
-    for data in ["{oops", "[1]", '{"message":"x","done":false}', '{"message":{"content":5},"done":"no"}',
-                 '{"message":{"tool_calls":{}}}', '{"message":{"tool_calls":[{"function":{"arguments":{}}}, 3]}}',
-                 "   "]:  # fmt: skip
+    for data in [
+        "{oops",
+        "[1]",
+        '{"message":"x","done":false}',
+        '{"message":{"content":5},"done":"no"}',
+        '{"message":{"tool_calls":{}}}',
+        '{"message":{"tool_calls":[{"function":{"arguments":{}}}, 3]}}',
+        "   ",
+    ]:
         out += a.on_message(line(data))
-    assert kinds(out) == ["invalid_json", "invalid_event", "invalid_event", "invalid_event", "invalid_event",
-                          "invalid_event", "invalid_event", "ToolCallEvent", "invalid_event"]  # fmt: skip
+    assert kinds(out) == [
+        "invalid_json",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+        "ToolCallEvent",
+        "invalid_event",
+    ]
     assert out[7] == ToolCallEvent(None, 0, None, None, "{}")
 
 
@@ -280,8 +316,14 @@ def test_ollama_error_object_is_kept_as_json():
 
 def test_ollama_error_status_is_http_error():
     """Before the stream starts Ollama answers with an error status and a JSON body: not parsed."""
-    rec = observe("ollama", b'{"model":"nope","messages":[]}', [b'{"error":"model \\"nope\\" not found"}'],
-                  status=404, content_type="application/json", path="/api/chat")  # fmt: skip
+    rec = observe(
+        "ollama",
+        b'{"model":"nope","messages":[]}',
+        [b'{"error":"model \\"nope\\" not found"}'],
+        status=404,
+        content_type="application/json",
+        path="/api/chat",
+    )
     assert rec["outcome"] == "http_error"
     assert rec["response_body"] == '{"error":"model \\"nope\\" not found"}'
 
@@ -298,13 +340,26 @@ def test_ollama_stream_false_with_unexpected_media_type_is_unreadable():
 def test_v5_faults_and_ignored_parts():
     a = VercelUIAdapter()
     out = []
-    for data in ["{oops", '"text"', '{"id":"x"}', '{"type":"text-delta","delta":"x"}', '{"type":"text-delta","id":"t"}',
-                 '{"type":"finish","finishReason":3}', '{"type":"custom","kind":"openai.compaction"}',
-                 '{"type":"tool-output-error","toolCallId":"c","errorText":"no"}',
-                 '{"type":"text-end","id":"t"}']:  # fmt: skip
+    for data in [
+        "{oops",
+        '"text"',
+        '{"id":"x"}',
+        '{"type":"text-delta","delta":"x"}',
+        '{"type":"text-delta","id":"t"}',
+        '{"type":"finish","finishReason":3}',
+        '{"type":"custom","kind":"openai.compaction"}',
+        '{"type":"tool-output-error","toolCallId":"c","errorText":"no"}',
+        '{"type":"text-end","id":"t"}',
+    ]:
         out += a.on_message(sse(data))
-    assert kinds(out) == ["invalid_json", "invalid_event", "invalid_event", "invalid_event", "invalid_event",
-                          "invalid_event"]  # fmt: skip
+    assert kinds(out) == [
+        "invalid_json",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+        "invalid_event",
+    ]
     assert out[3].detail == "text-delta: id is not a string"
 
 
@@ -342,9 +397,15 @@ def test_v5_delta_before_start_and_block_ids_per_type():
 
 @pytest.mark.parametrize(
     ("reason", "canonical"),
-    [("stop", "end_turn"), ("length", "max_tokens"), ("tool-calls", "tool_use"), ("content-filter", "content_filter"),
-     ("error", "error"), ("other", "other")],
-)  # fmt: skip
+    [
+        ("stop", "end_turn"),
+        ("length", "max_tokens"),
+        ("tool-calls", "tool_use"),
+        ("content-filter", "content_filter"),
+        ("error", "error"),
+        ("other", "other"),
+    ],
+)
 def test_v5_finish_reasons(reason, canonical):
     out = VercelUIAdapter().on_message(sse('{"type":"finish","finishReason":"' + reason + '"}'))
     assert out == [StopEvent(None, canonical, reason)]
@@ -354,7 +415,9 @@ def test_v5_message_metadata_model_and_usage():
     a = VercelUIAdapter()
     out = a.on_message(sse('{"type":"message-metadata","messageMetadata":{"model":"m","promptTokens":3}}'))
     too_big = 2**63
-    out += a.on_message(sse('{"type":"message-metadata","messageMetadata":{"usage":{"outputTokens":' + str(too_big) + "}}}"))
+    out += a.on_message(
+        sse('{"type":"message-metadata","messageMetadata":{"usage":{"outputTokens":' + str(too_big) + "}}}")
+    )
     out += a.on_message(sse('{"type":"message-metadata","messageMetadata":"x"}'))
     out += a.on_message(sse('{"type":"start","messageId":7}'))
     out += a.on_message(sse('{"type":"start","messageId":"again"}'))
@@ -370,7 +433,11 @@ def test_v5_error_then_done_keeps_error():
     )
     rec = observe("vercel.ui", b"", [body], path="/api/chat")
     assert (rec["outcome"], rec["error"], rec["text"], rec["violations"]) == (
-        "error", {"code": None, "message": "E"}, "x", [])  # fmt: skip
+        "error",
+        {"code": None, "message": "E"},
+        "x",
+        [],
+    )
 
 
 # ----- AI SDK adapter: v4 lines -----
@@ -379,11 +446,33 @@ def test_v5_error_then_done_keeps_error():
 def test_v4_faults_and_ignored_parts():
     a = VercelUIAdapter()
     out = []
-    for data in ["hello", ":x", '0:not json', "0:5", "3:{\"m\":1}", 'd:"x"', "9:{}", 'c:{"toolCallId":"c"}',
-                 '2:[{"a":1}]', "z:whatever", 'k:{"data":"TWE=","mimeType":"image/png"}', '8:[{}]', "  "]:  # fmt: skip
+    for data in [
+        "hello",
+        ":x",
+        "0:not json",
+        "0:5",
+        '3:{"m":1}',
+        'd:"x"',
+        "9:{}",
+        'c:{"toolCallId":"c"}',
+        '2:[{"a":1}]',
+        "z:whatever",
+        'k:{"data":"TWE=","mimeType":"image/png"}',
+        "8:[{}]",
+        "  ",
+    ]:
         out += a.on_message(line(data))
-    assert kinds(out) == ["invalid_event", "invalid_event", "invalid_json", "invalid_event", "ErrorEvent",
-                          "invalid_event", "StreamEnd", "invalid_event", "invalid_event"]  # fmt: skip
+    assert kinds(out) == [
+        "invalid_event",
+        "invalid_event",
+        "invalid_json",
+        "invalid_event",
+        "ErrorEvent",
+        "invalid_event",
+        "StreamEnd",
+        "invalid_event",
+        "invalid_event",
+    ]
     assert out[4] == ErrorEvent(None, None, '{"m":1}')
     assert out[7].detail == "data stream part '9': toolCallId is not a string"
     assert out[8].detail == "data stream part 'c': argsTextDelta is not a string"

@@ -147,10 +147,16 @@ def test_chat_request_reduces_inline_binary_parts_and_keeps_urls():
                 {
                     "role": "user",
                     "content": [
-                        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}", "detail": "high"}},
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": f"data:image/png;base64,{PNG_B64}", "detail": "high"},
+                        },
                         {"type": "image_url", "image_url": {"url": "https://example.test/cat.png"}},
                         {"type": "input_audio", "input_audio": {"data": PNG_B64, "format": "wav"}},
-                        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PNG_B64}", "filename": "a.pdf"}},
+                        {
+                            "type": "file",
+                            "file": {"file_data": f"data:application/pdf;base64,{PNG_B64}", "filename": "a.pdf"},
+                        },
                         {"type": "image_url", "image_url": {"url": "data:text/plain,hi%20there"}},
                     ],
                 }
@@ -192,7 +198,14 @@ def test_chat_request_fields():
     assert facts.stream is False  # absent: a single JSON answer
     assert facts.tool_names == ["a", "b", "legacy"]
     assert len(facts.tools) == 3
-    assert facts.parameters == {"temperature": 0, "max_tokens": 5, "n": 2, "stop": ["\n"], "seed": 7, "reasoning_effort": "low"}
+    assert facts.parameters == {
+        "temperature": 0,
+        "max_tokens": 5,
+        "n": 2,
+        "stop": ["\n"],
+        "seed": 7,
+        "reasoning_effort": "low",
+    }
     assert facts.metadata == {"k": "v"}
     assert facts.end_user == "new-id"
 
@@ -251,7 +264,10 @@ def test_responses_request_items_tools_and_instructions():
                 {"type": "mcp", "server_label": "deepwiki", "server_url": "https://mcp.example/"},
             ],
             "previous_response_id": "resp_0",
-            "prompt": {"id": "pmpt_1", "variables": {"img": {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}"}}},
+            "prompt": {
+                "id": "pmpt_1",
+                "variables": {"img": {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}"}},
+            },
             "stream": True,
         }
     )
@@ -266,7 +282,10 @@ def test_responses_request_items_tools_and_instructions():
     assert facts.parameters == {
         "instructions": "Be brief.",
         "previous_response_id": "resp_0",
-        "prompt": {"id": "pmpt_1", "variables": {"img": {"type": "input_image", "media_type": "image/png", "data_bytes": 100}}},
+        "prompt": {
+            "id": "pmpt_1",
+            "variables": {"img": {"type": "input_image", "media_type": "image/png", "data_bytes": 100}},
+        },
     }
 
 
@@ -294,7 +313,7 @@ def chunk(delta=None, *, index=0, finish=None, **top):
 
 def test_chat_repeated_id_and_name_on_every_fragment_is_one_call():
     """Fireworks (GLM) repeats id, type and name on every fragment: same id = same call."""
-    frag = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}
+    frag = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a"'}}
     frag2 = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ":1}"}}
     out = feed(OpenAIChatAdapter(), chunk({"tool_calls": [frag]}), chunk({"tool_calls": [frag2]}))
     calls = [e for e in out if isinstance(e, ToolCallDelta)]
@@ -329,7 +348,11 @@ def test_chat_fragments_without_index_use_their_position_flagged_once():
     """Ollama before 0.4.7 (#7881) sent no ``index``."""
     a = {"id": "call_a", "function": {"name": "f", "arguments": "{}"}}
     b = {"id": "call_b", "function": {"name": "g", "arguments": "{}"}}
-    out = feed(OpenAIChatAdapter(), chunk({"tool_calls": [a, b]}), chunk({"tool_calls": [{"id": "call_c", "function": {"name": "h"}}]}))
+    out = feed(
+        OpenAIChatAdapter(),
+        chunk({"tool_calls": [a, b]}),
+        chunk({"tool_calls": [{"id": "call_c", "function": {"name": "h"}}]}),
+    )
     assert [(e.key, e.index) for e in out if isinstance(e, ToolCallDelta)] == [("0:0", 0), ("0:1", 1), ("0:0:1", 0)]
     assert kinds(out) == ["invalid_event"]
 
@@ -339,7 +362,13 @@ def test_chat_legacy_function_call_custom_calls_and_object_arguments():
         OpenAIChatAdapter(),
         chunk({"function_call": {"name": "old", "arguments": ""}}),
         chunk({"function_call": {"arguments": "{}"}}),
-        chunk({"tool_calls": [{"index": 0, "id": "c", "type": "custom", "custom": {"name": "patch", "input": "*** Begin"}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "c", "type": "custom", "custom": {"name": "patch", "input": "*** Begin"}}
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 1, "id": "d", "function": {"name": "obj", "arguments": {"b": 1, "a": [2]}}}]}),
         chunk(finish="function_call"),
     )
@@ -362,15 +391,28 @@ def test_chat_choices_get_their_own_blocks():
         chunk({"reasoning_content": "", "reasoning": "t"}, index=0),
     )
     blocks = [(e.index, e.block_type, e.text) for e in out if isinstance(e, ContentDelta)]
-    assert blocks == [(0, "text", "a"), (1001, "reasoning", "r"), (1, "text", "b"), (1002, "reasoning", "s"),
-                      (2002, "refusal", "no"), (1000, "reasoning", "t")]  # fmt: skip
+    assert blocks == [
+        (0, "text", "a"),
+        (1001, "reasoning", "r"),
+        (1, "text", "b"),
+        (1002, "reasoning", "s"),
+        (2002, "refusal", "no"),
+        (1000, "reasoning", "t"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("reason", "canonical"),
-    [("stop", "end_turn"), ("length", "max_tokens"), ("tool_calls", "tool_use"), ("function_call", "tool_use"),
-     ("content_filter", "content_filter"), ("error", "error"), ("eos", "eos")],
-)  # fmt: skip
+    [
+        ("stop", "end_turn"),
+        ("length", "max_tokens"),
+        ("tool_calls", "tool_use"),
+        ("function_call", "tool_use"),
+        ("content_filter", "content_filter"),
+        ("error", "error"),
+        ("eos", "eos"),
+    ],
+)
 def test_chat_finish_reason_mapping(reason, canonical):
     out = feed(OpenAIChatAdapter(), chunk(finish=reason))
     assert out[-1] == StopEvent(None, canonical, reason)
@@ -406,7 +448,10 @@ def test_chat_usage_reports():
 
 def test_chat_groq_usage_in_x_groq():
     """Groq's final chunk carries the totals in ``x_groq.usage`` (vercel/ai groq fixtures)."""
-    groq = {"id": "req_01jadadp0femyae9kav1gpkhe8", "usage": {"queue_time": 0.06, "prompt_tokens": 18, "completion_tokens": 439}}
+    groq = {
+        "id": "req_01jadadp0femyae9kav1gpkhe8",
+        "usage": {"queue_time": 0.06, "prompt_tokens": 18, "completion_tokens": 439},
+    }
     out = feed(OpenAIChatAdapter(), chunk(finish="tool_calls", x_groq=groq))
     assert out[-1] == UsageEvent(None, 18, 439)
 
@@ -414,9 +459,15 @@ def test_chat_groq_usage_in_x_groq():
 @pytest.mark.parametrize(
     ("payload", "expected"),
     [
-        ({"object": "error", "message": "bad", "type": "BadRequestError", "param": None, "code": 400}, ErrorEvent(None, "400", "bad")),
+        (
+            {"object": "error", "message": "bad", "type": "BadRequestError", "param": None, "code": 400},
+            ErrorEvent(None, "400", "bad"),
+        ),
         ({"error": {"message": "x", "type": "server_error", "code": None}}, ErrorEvent(None, "server_error", "x")),
-        ({"error": {"message": "x", "code": "rate_limit_exceeded", "type": "requests"}}, ErrorEvent(None, "rate_limit_exceeded", "x")),
+        (
+            {"error": {"message": "x", "code": "rate_limit_exceeded", "type": "requests"}},
+            ErrorEvent(None, "rate_limit_exceeded", "x"),
+        ),
         ({"error": "plain text"}, ErrorEvent(None, None, "plain text")),
     ],
 )
@@ -426,9 +477,14 @@ def test_chat_in_band_errors(payload, expected):
 
 def test_chat_openrouter_error_chunk_has_error_and_finish_reason():
     """OpenRouter: a chunk with top-level ``error`` and ``finish_reason: "error"`` (HTTP 200)."""
-    payload = {"id": "gen-1", "object": "chat.completion.chunk", "model": "openai/gpt-4o", "provider": "OpenAI",
-               "error": {"code": 502, "message": "Provider disconnected"},
-               "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]}  # fmt: skip
+    payload = {
+        "id": "gen-1",
+        "object": "chat.completion.chunk",
+        "model": "openai/gpt-4o",
+        "provider": "OpenAI",
+        "error": {"code": 502, "message": "Provider disconnected"},
+        "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}],
+    }
     assert feed(OpenAIChatAdapter(), sse(payload)) == [
         StreamStart(None, "openai/gpt-4o", "gen-1"),
         ErrorEvent(None, "502", "Provider disconnected"),
@@ -452,13 +508,24 @@ def test_chat_bad_payloads_are_violations_and_done_ends():
 
 def test_chat_whole_body_completion():
     body = {
-        "id": "chatcmpl-1", "object": "chat.completion", "model": "deepseek-reasoner",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {
-            "role": "assistant", "reasoning_content": "think", "content": [{"type": "text", "text": "hi"}, {"type": "image"}],
-            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
-            "function_call": {"name": "g", "arguments": "{}"}}}],
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "deepseek-reasoner",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {
+                    "role": "assistant",
+                    "reasoning_content": "think",
+                    "content": [{"type": "text", "text": "hi"}, {"type": "image"}],
+                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    "function_call": {"name": "g", "arguments": "{}"},
+                },
+            }
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 2},
-    }  # fmt: skip
+    }
     data = orjson.dumps(body).decode()
     out = OpenAIChatAdapter().on_message(JSONFrame(data, len(data)))
     assert out == [
@@ -474,9 +541,12 @@ def test_chat_whole_body_completion():
 
 def test_chat_whole_body_error_at_200_is_an_error_record():
     record = observe(
-        "openai.chat", b'{"model":"m","messages":[]}', [b'{"error":{"message":"quota","type":"insufficient_quota"}}'],
-        content_type="application/json", path="/v1/chat/completions",
-    )  # fmt: skip
+        "openai.chat",
+        b'{"model":"m","messages":[]}',
+        [b'{"error":{"message":"quota","type":"insufficient_quota"}}'],
+        content_type="application/json",
+        path="/v1/chat/completions",
+    )
     assert record["error"] == {"code": "insufficient_quota", "message": "quota"}
     assert (record["outcome"], record["violations"]) == ("error", [])
 
@@ -484,8 +554,10 @@ def test_chat_whole_body_error_at_200_is_an_error_record():
 def test_chat_llama_cpp_error_field_is_ignored_by_the_sse_layer():
     """llama.cpp before Sept. 2025 sent ``error: {…}`` (a non-standard SSE field) then
     ``data: [DONE]``: WHATWG drops unknown fields, so the record cannot see that error."""
-    wire = b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n' \
-           b'error: {"code":500,"message":"boom"}\n\ndata: [DONE]\n\n'  # fmt: skip
+    wire = (
+        b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+        b'error: {"code":500,"message":"boom"}\n\ndata: [DONE]\n\n'
+    )
     record = observe("openai.chat", b'{"model":"m","messages":[],"stream":true}', [wire], path="/v1/chat/completions")
     assert (record["outcome"], record["error"], record["text"]) == ("completed", None, "x")
 
@@ -519,16 +591,26 @@ def test_responses_oversize_event_is_not_a_sequence_gap():
         + f'"output_index":0,"content_index":0,"delta":"{big}"}}\n\n'.encode()
         + b'event: response.completed\ndata: {"type":"response.completed","sequence_number":2,"response":{"id":"r","model":"m"}}\n\n'
     )
-    record = observe("openai.responses", b'{"model":"m","input":"x","stream":true}', [wire], path="/v1/responses",
-                     limits=Limits(max_event_bytes=1000))  # fmt: skip
+    record = observe(
+        "openai.responses",
+        b'{"model":"m","input":"x","stream":true}',
+        [wire],
+        path="/v1/responses",
+        limits=Limits(max_event_bytes=1000),
+    )
     assert [v["kind"] for v in record["violations"]] == ["oversize_event"]
     assert record["outcome"] == "completed"
 
 
 def test_responses_type_mismatch_missing_type_and_done_sentinel():
     adapter = OpenAIResponsesAdapter()
-    out = feed(adapter, sse({"type": "response.created", "response": {}}, "response.in_progress"),
-               sse({"sequence_number": 1}), sse("[DONE]"), sse(""))  # fmt: skip
+    out = feed(
+        adapter,
+        sse({"type": "response.created", "response": {}}, "response.in_progress"),
+        sse({"sequence_number": 1}),
+        sse("[DONE]"),
+        sse(""),
+    )
     assert kinds(out) == ["type_mismatch", "invalid_event"]
 
 
@@ -540,10 +622,16 @@ def test_responses_done_events_fill_only_what_no_delta_carried():
         ev("response.refusal.done", output_index=1, content_index=0, refusal="No."),
         ev("response.reasoning_text.delta", output_index=2, content_index=0, delta="hmm"),
         ev("response.reasoning_summary_text.done", output_index=2, summary_index=0, text="Sum"),
-        ev("response.output_item.done", output_index=1,
-           item={"type": "message", "content": [{"type": "refusal", "refusal": "No."}, {"type": "output_text", "text": "late"}]}),
+        ev(
+            "response.output_item.done",
+            output_index=1,
+            item={
+                "type": "message",
+                "content": [{"type": "refusal", "refusal": "No."}, {"type": "output_text", "text": "late"}],
+            },
+        ),
         ev("response.output_text.delta", output_index=3, content_index=0, delta=5),
-    )  # fmt: skip
+    )
     assert [(e.index, e.block_type, e.text) for e in out if isinstance(e, ContentDelta)] == [
         (0, "text", "Hel"),
         (1, "refusal", "No."),
@@ -558,17 +646,29 @@ def test_responses_call_fallbacks_and_custom_tool_calls():
     out = feed(
         OpenAIResponsesAdapter(),
         # arguments only in .done (no deltas), call opened by its added event
-        ev("response.output_item.added", output_index=0, item={"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""}),
+        ev(
+            "response.output_item.added",
+            output_index=0,
+            item={"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": ""},
+        ),
         ev("response.function_call_arguments.done", output_index=0, item_id="fc_1", arguments='{"x":1}'),
         # deltas for a call whose added event never came
         ev("response.function_call_arguments.delta", output_index=1, item_id="fc_2", delta="{}"),
-        ev("response.output_item.done", output_index=1, item={"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "g", "arguments": "{}"}),
+        ev(
+            "response.output_item.done",
+            output_index=1,
+            item={"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "g", "arguments": "{}"},
+        ),
         # a custom tool call with free-text input
-        ev("response.output_item.added", output_index=2, item={"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_3", "name": "patch", "input": ""}),
+        ev(
+            "response.output_item.added",
+            output_index=2,
+            item={"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_3", "name": "patch", "input": ""},
+        ),
         ev("response.custom_tool_call_input.delta", output_index=2, item_id="ctc_1", delta="*** Begin"),
         ev("response.custom_tool_call_input.done", output_index=2, item_id="ctc_1", input="*** Begin"),
         ev("response.function_call_arguments.delta", output_index=2, item_id="ctc_1", delta=None),
-    )  # fmt: skip
+    )
     assert [(e.key, e.index, e.id, e.name, e.arguments) for e in out if isinstance(e, ToolCallDelta)] == [
         ("fc_1", 0, "call_1", "f", ""),
         ("fc_1", 0, None, None, '{"x":1}'),
@@ -582,11 +682,22 @@ def test_responses_call_fallbacks_and_custom_tool_calls():
 
 def test_responses_terminal_output_fills_a_stream_without_deltas():
     """A compatible server that sends only the terminal event."""
-    response = {"id": "r1", "model": "m", "status": "completed", "output": [
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "S"}], "content": [{"type": "reasoning_text", "text": "R"}]},
-        {"type": "message", "content": [{"type": "output_text", "text": "T"}]},
-        {"type": "function_call", "id": "fc", "call_id": "call_9", "name": "f", "arguments": "{}"},
-        {"type": "web_search_call", "id": "ws"}], "usage": {"input_tokens": 4, "output_tokens": 2}}  # fmt: skip
+    response = {
+        "id": "r1",
+        "model": "m",
+        "status": "completed",
+        "output": [
+            {
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": "S"}],
+                "content": [{"type": "reasoning_text", "text": "R"}],
+            },
+            {"type": "message", "content": [{"type": "output_text", "text": "T"}]},
+            {"type": "function_call", "id": "fc", "call_id": "call_9", "name": "f", "arguments": "{}"},
+            {"type": "web_search_call", "id": "ws"},
+        ],
+        "usage": {"input_tokens": 4, "output_tokens": 2},
+    }
     out = feed(OpenAIResponsesAdapter(), ev("response.completed", 0, response=response))
     assert out == [
         StreamStart(0, "m", "r1"),
@@ -627,14 +738,24 @@ def test_responses_error_event_shapes():
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({"object": "response", "status": "failed", "error": {"code": "server_error", "message": "m"}, "output": []},
-         [ErrorEvent(None, "server_error", "m"), StreamEnd(None)]),
-        ({"object": "response", "status": "cancelled", "output": []}, [StopEvent(None, "cancelled", "cancelled"), StreamEnd(None)]),
-        ({"object": "response", "id": "r", "status": "queued", "background": True, "output": []},
-         [StreamStart(None, None, "r"), StreamEnd(None)]),
-        ({"error": {"message": "no", "type": "invalid_request_error"}}, [ErrorEvent(None, "invalid_request_error", "no"), StreamEnd(None)]),
+        (
+            {"object": "response", "status": "failed", "error": {"code": "server_error", "message": "m"}, "output": []},
+            [ErrorEvent(None, "server_error", "m"), StreamEnd(None)],
+        ),
+        (
+            {"object": "response", "status": "cancelled", "output": []},
+            [StopEvent(None, "cancelled", "cancelled"), StreamEnd(None)],
+        ),
+        (
+            {"object": "response", "id": "r", "status": "queued", "background": True, "output": []},
+            [StreamStart(None, None, "r"), StreamEnd(None)],
+        ),
+        (
+            {"error": {"message": "no", "type": "invalid_request_error"}},
+            [ErrorEvent(None, "invalid_request_error", "no"), StreamEnd(None)],
+        ),
     ],
-)  # fmt: skip
+)
 def test_responses_whole_body_objects(body, expected):
     data = orjson.dumps(body).decode()
     assert OpenAIResponsesAdapter().on_message(JSONFrame(data, len(data))) == expected
@@ -679,7 +800,10 @@ def test_invalid_tool_call_indexes_are_each_flagged():
     def frag(index: str, cid: str) -> bytes:
         return (
             b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{'
-            b'"tool_calls":[{"index":' + index.encode() + b',"id":"' + cid.encode()
+            b'"tool_calls":[{"index":'
+            + index.encode()
+            + b',"id":"'
+            + cid.encode()
             + b'","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}\n\n'
         )
 
@@ -703,12 +827,18 @@ def test_invalid_tool_call_indexes_are_each_flagged():
         (chunk({"content": "x"}, index=-1), "choices[].index -1 invalid: choice 0 used"),
         (chunk({}, finish=7), "finish_reason is not a string: 7"),
         (sse({"id": "c1", "model": 7, "choices": []}), "model is not a string: 7"),
-        (sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": "x", "completion_tokens": 3}}),
-         "usage.prompt_tokens is not a token count: 'x'"),
-        (sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": -1}}),
-         "usage.completion_tokens is not a token count: -1"),
-        (sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 1.5}}),
-         "usage.prompt_tokens is not a token count: 1.5"),
+        (
+            sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": "x", "completion_tokens": 3}}),
+            "usage.prompt_tokens is not a token count: 'x'",
+        ),
+        (
+            sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": -1}}),
+            "usage.completion_tokens is not a token count: -1",
+        ),
+        (
+            sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 1.5}}),
+            "usage.prompt_tokens is not a token count: 1.5",
+        ),
     ],
 )
 def test_chat_fields_of_the_wrong_type_are_violations(message, detail):
@@ -725,8 +855,9 @@ def test_chat_absent_or_null_fields_are_not_violations():
     ``finish_reason: null``, ``usage: null`` and null token counts."""
     out = feed(
         OpenAIChatAdapter(),
-        sse({"id": "c1", "model": "m", "choices": [{"delta": {"content": None}, "finish_reason": None}],
-             "usage": None}),
+        sse(
+            {"id": "c1", "model": "m", "choices": [{"delta": {"content": None}, "finish_reason": None}], "usage": None}
+        ),
         sse({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": None, "completion_tokens": 2}}),
     )
     assert kinds(out) == []
@@ -753,8 +884,15 @@ def test_a_request_nested_near_orjson_limit_keeps_its_facts():
     deep: list = []
     for _ in range(1000):
         deep = [deep]
-    body = json.dumps({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}],
-                       "temperature": 0.5, "extra": deep}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "model": "gpt-4o",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+            "temperature": 0.5,
+            "extra": deep,
+        }
+    ).encode()
     facts, violations = OpenAIChatDialect().parse_request(body, None)
     assert facts.model == "gpt-4o"
     assert facts.messages == [{"role": "user", "content": "hi"}]

@@ -26,14 +26,16 @@ def run(events, tools=("get_weather",)):
 
 
 def test_tool_call_fragments_join_by_key_first_id_and_name_win():
-    rec = run([
-        ToolCallDelta(None, "a", 0, "call_1", "get_weather", ""),
-        ToolCallDelta(None, "b", 1, "call_2", "delete_all", '{"x"'),
-        ToolCallDelta(None, "a", 0, None, None, '{"city":'),
-        ToolCallDelta(None, "a", 0, "call_OTHER", "other_name", '"Paris"}'),
-        ToolCallDelta(None, "b", 1, None, None, ":1}"),
-        StreamEnd(None),
-    ])  # fmt: skip
+    rec = run(
+        [
+            ToolCallDelta(None, "a", 0, "call_1", "get_weather", ""),
+            ToolCallDelta(None, "b", 1, "call_2", "delete_all", '{"x"'),
+            ToolCallDelta(None, "a", 0, None, None, '{"city":'),
+            ToolCallDelta(None, "a", 0, "call_OTHER", "other_name", '"Paris"}'),
+            ToolCallDelta(None, "b", 1, None, None, ":1}"),
+            StreamEnd(None),
+        ]
+    )
     assert [t.to_dict() for t in rec.tool_calls] == [
         {"index": 0, "id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}', "declared": True},
         {"index": 1, "id": "call_2", "name": "delete_all", "arguments": '{"x":1}', "declared": False},
@@ -49,14 +51,16 @@ def test_usage_is_assigned_never_added():
 
 
 def test_stop_event_and_model_updates():
-    rec = run([
-        ModelEvent(None, ""),
-        ContentDelta(None, 0, "Hi", "text"),
-        ContentDelta(None, 1, "think", "reasoning"),
-        ModelEvent(None, "gpt-4o-2024-08-06"),
-        StopEvent(None, "end_turn", "stop"),
-        StreamEnd(None),
-    ])  # fmt: skip
+    rec = run(
+        [
+            ModelEvent(None, ""),
+            ContentDelta(None, 0, "Hi", "text"),
+            ContentDelta(None, 1, "think", "reasoning"),
+            ModelEvent(None, "gpt-4o-2024-08-06"),
+            StopEvent(None, "end_turn", "stop"),
+            StreamEnd(None),
+        ]
+    )
     assert rec.model == "gpt-4o-2024-08-06"
     assert (rec.stop_reason, rec.stop_reason_raw) == ("end_turn", "stop")
     assert rec.text == "Hi"  # reasoning is kept in its block, not in text

@@ -22,22 +22,63 @@ T = datetime(2025, 6, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 #: The record's keys as README "The record" and GET /v1/exchanges/{id} show them.
 RECORD_KEYS = [
-    "id", "dialect", "scheme", "host", "port", "path", "method", "http_version", "status_code", "started_at",
-    "ended_at", "ttft_s", "request_id", "request", "request_model", "model", "text", "blocks", "tool_calls", "usage",
-    "stop_reason", "stop_reason_raw", "error", "outcome", "violations", "response_body", "transport_error",
-    "response_bytes", "events",
-]  # fmt: skip
+    "id",
+    "dialect",
+    "scheme",
+    "host",
+    "port",
+    "path",
+    "method",
+    "http_version",
+    "status_code",
+    "started_at",
+    "ended_at",
+    "ttft_s",
+    "request_id",
+    "request",
+    "request_model",
+    "model",
+    "text",
+    "blocks",
+    "tool_calls",
+    "usage",
+    "stop_reason",
+    "stop_reason_raw",
+    "error",
+    "outcome",
+    "violations",
+    "response_body",
+    "transport_error",
+    "response_bytes",
+    "events",
+]
 
 
 def sample() -> Exchange:
     return Exchange(
-        "r1", "openai.chat", "h", "/v1/chat/completions", "POST", "HTTP/1.1", T + timedelta(hours=2),
-        scheme="https", port=443, status_code=200, ended_at=T.astimezone(timezone(timedelta(hours=-5))), ttft_s=0.5,
+        "r1",
+        "openai.chat",
+        "h",
+        "/v1/chat/completions",
+        "POST",
+        "HTTP/1.1",
+        T + timedelta(hours=2),
+        scheme="https",
+        port=443,
+        status_code=200,
+        ended_at=T.astimezone(timezone(timedelta(hours=-5))),
+        ttft_s=0.5,
         request=RequestFacts(model="gpt", messages=[{"role": "user", "content": "hi"}], body_bytes=9),
-        model="gpt-1", blocks=[Block(2, "text", "b"), Block(1, "reasoning", "r"), Block(0, "text", "a", "end_turn")],
-        tool_calls=[ToolCall(0, "c1", "f", "{}", True)], usage=Usage(3, None, True), error=ErrorInfo("e", None),
-        outcome=Outcome.ERROR, violations=[Violation("seq_gap", 2**63 - 1, "d")], response_bytes=7, events=5,
-    )  # fmt: skip
+        model="gpt-1",
+        blocks=[Block(2, "text", "b"), Block(1, "reasoning", "r"), Block(0, "text", "a", "end_turn")],
+        tool_calls=[ToolCall(0, "c1", "f", "{}", True)],
+        usage=Usage(3, None, True),
+        error=ErrorInfo("e", None),
+        outcome=Outcome.ERROR,
+        violations=[Violation("seq_gap", 2**63 - 1, "d")],
+        response_bytes=7,
+        events=5,
+    )
 
 
 def test_to_dict_by_hand() -> None:
@@ -171,8 +212,11 @@ def test_summary_columns_are_what_the_summary_reads() -> None:
 
 def nul_value(hint: Any) -> Any:
     """A value of ``hint`` with U+0000 in every string it can hold, or ``None`` (no string)."""
-    base = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
-        typing.Union, __import__("types").UnionType) else [hint]  # fmt: skip
+    base = (
+        [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType)
+        else [hint]
+    )
     hint = base[0]
     if hint is str:
         return "a\x00"
@@ -191,11 +235,27 @@ OBSERVER_SET = {"id", "dialect", "scheme", "outcome", "violations.kind"}
 def test_make_portable_cleans_every_string_field() -> None:
     """Every string-bearing field of the record (nested ones too) is in make_portable's lists:
     a field added to the record without them fails here (PostgreSQL would refuse its NUL)."""
-    rec = Exchange("r", "d", "h", "/", "POST", "1.1", T, error=ErrorInfo(None, None), blocks=[Block(0)],
-                   tool_calls=[ToolCall(0, None, None)], violations=[Violation("seq_gap")])  # fmt: skip
-    holders: list[tuple[str, Any]] = [("", rec), ("request.", rec.request), ("error.", rec.error),
-                                      ("blocks.", rec.blocks[0]), ("tool_calls.", rec.tool_calls[0]),
-                                      ("violations.", rec.violations[0])]  # fmt: skip
+    rec = Exchange(
+        "r",
+        "d",
+        "h",
+        "/",
+        "POST",
+        "1.1",
+        T,
+        error=ErrorInfo(None, None),
+        blocks=[Block(0)],
+        tool_calls=[ToolCall(0, None, None)],
+        violations=[Violation("seq_gap")],
+    )
+    holders: list[tuple[str, Any]] = [
+        ("", rec),
+        ("request.", rec.request),
+        ("error.", rec.error),
+        ("blocks.", rec.blocks[0]),
+        ("tool_calls.", rec.tool_calls[0]),
+        ("violations.", rec.violations[0]),
+    ]
     planted = []
     for prefix, obj in holders:
         hints = typing.get_type_hints(type(obj))

@@ -24,11 +24,36 @@ from observer.redact import (
 
 @pytest.mark.parametrize(
     "name",
-    ["key", "api_key", "API-KEY", "x-api-key", "apikey", "access_token", "access-token", "refresh_token", "id_token",
-     "token", "client_secret", "secret", "password", "passwd", "pwd", "sig", "signature", "code", "X-Amz-Signature",
-     "X-Amz-Credential", "X-Amz-Security-Token", "X-Goog-Signature", "X-Goog-Credential", "auth", "authorization",
-     "session", "jwt"],
-)  # fmt: skip
+    [
+        "key",
+        "api_key",
+        "API-KEY",
+        "x-api-key",
+        "apikey",
+        "access_token",
+        "access-token",
+        "refresh_token",
+        "id_token",
+        "token",
+        "client_secret",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "sig",
+        "signature",
+        "code",
+        "X-Amz-Signature",
+        "X-Amz-Credential",
+        "X-Amz-Security-Token",
+        "X-Goog-Signature",
+        "X-Goog-Credential",
+        "auth",
+        "authorization",
+        "session",
+        "jwt",
+    ],
+)
 def test_secret_names_redacted(name):
     assert redact_path(f"/v1/x?{name}=s3cr3t&model=m") == f"/v1/x?{name}=REDACTED&model=m"
 
@@ -54,31 +79,131 @@ def test_ordinary_names_kept(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["api_key", "apiKey", "API_KEY", "apikey", "openai_api_key", "openAIApiKey", "XApiKey", "MYAPIKEY", "api key",
-     "api_key_2", "api_key_value", "api_keys", "x-api-key", "token", "access_token", "accessToken", "refreshToken",
-     "id_token", "aws_session_token", "aws_web_identity_token", "azure_ad_token", "azureADToken", "hf_token",
-     "github_token", "sas_token", "watsonx_token", "user_token", "client_token", "access_tokens", "api_token_v2",
-     "token_value", "aws_secret_access_key", "vertex_credentials", "authorization", "Authorization",
-     "authorization_token", "client_secret", "clientsecret", "client_secrets", "secret", "mysecret", "password",
-     "passwords", "dbpassword", "DBPassword", "db.password", "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44",
-     "passphrase", "pwd", "pass", "privateKey", "jwt", "github_pat", "Cookie", "bearer", "auth", "x-auth", "key",
-     "keys", "openai_key", "openai_key_1", "anthropic_key", "master_key", "encryption_key", "signingKey",
-     "connection_string", "dsn"],
-)  # fmt: skip
+    [
+        "api_key",
+        "apiKey",
+        "API_KEY",
+        "apikey",
+        "openai_api_key",
+        "openAIApiKey",
+        "XApiKey",
+        "MYAPIKEY",
+        "api key",
+        "api_key_2",
+        "api_key_value",
+        "api_keys",
+        "x-api-key",
+        "token",
+        "access_token",
+        "accessToken",
+        "refreshToken",
+        "id_token",
+        "aws_session_token",
+        "aws_web_identity_token",
+        "azure_ad_token",
+        "azureADToken",
+        "hf_token",
+        "github_token",
+        "sas_token",
+        "watsonx_token",
+        "user_token",
+        "client_token",
+        "access_tokens",
+        "api_token_v2",
+        "token_value",
+        "aws_secret_access_key",
+        "vertex_credentials",
+        "authorization",
+        "Authorization",
+        "authorization_token",
+        "client_secret",
+        "clientsecret",
+        "client_secrets",
+        "secret",
+        "mysecret",
+        "password",
+        "passwords",
+        "dbpassword",
+        "DBPassword",
+        "db.password",
+        "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44",
+        "passphrase",
+        "pwd",
+        "pass",
+        "privateKey",
+        "jwt",
+        "github_pat",
+        "Cookie",
+        "bearer",
+        "auth",
+        "x-auth",
+        "key",
+        "keys",
+        "openai_key",
+        "openai_key_1",
+        "anthropic_key",
+        "master_key",
+        "encryption_key",
+        "signingKey",
+        "connection_string",
+        "dsn",
+    ],
+)
 def test_secret_field_names(name):
     assert is_secret_field(name)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["prompt_cache_key", "promptCacheKey", "idempotency_key", "sort_key", "template_key", "prompt_key", "lora_key",
-     "adapter_key", "max_tokens", "max_completion_tokens", "maxOutputTokens", "budget_tokens", "tokens", "stop_token",
-     "stop_token_ids", "eos_token", "image_token", "forced_bos_token", "next_page_token", "pageToken", "keyboard",
-     "monkey", "key_id", "user", "author", "auth_user", "auth_provider", "auth_method", "auth_type",
-     "credential_id", "secret_name", "password_hint", "jwt_issuer", "token_type", "aws_access_key_id", "signature",
-     "session_id", "safety_identifier", "cachedContent", "previous_response_id", "service_tier", "temperature",
-     "logit_bias", "top_k", "stop", ""],
-)  # fmt: skip
+    [
+        "prompt_cache_key",
+        "promptCacheKey",
+        "idempotency_key",
+        "sort_key",
+        "template_key",
+        "prompt_key",
+        "lora_key",
+        "adapter_key",
+        "max_tokens",
+        "max_completion_tokens",
+        "maxOutputTokens",
+        "budget_tokens",
+        "tokens",
+        "stop_token",
+        "stop_token_ids",
+        "eos_token",
+        "image_token",
+        "forced_bos_token",
+        "next_page_token",
+        "pageToken",
+        "keyboard",
+        "monkey",
+        "key_id",
+        "user",
+        "author",
+        "auth_user",
+        "auth_provider",
+        "auth_method",
+        "auth_type",
+        "credential_id",
+        "secret_name",
+        "password_hint",
+        "jwt_issuer",
+        "token_type",
+        "aws_access_key_id",
+        "signature",
+        "session_id",
+        "safety_identifier",
+        "cachedContent",
+        "previous_response_id",
+        "service_tier",
+        "temperature",
+        "logit_bias",
+        "top_k",
+        "stop",
+        "",
+    ],
+)
 def test_ordinary_field_names(name):
     """Real generation parameters end in ``key`` and ``tokens``, and names *about* a credential
     (``credential_id``, ``auth_provider``) are what an auditor needs: they stay readable."""
@@ -91,14 +216,21 @@ def test_redact_fields_replaces_whatever_a_credential_name_holds_at_any_depth_in
         "temperature": 0.2,
         "prompt_cache_key": "user-42",
         "mcp_servers": [{"name": "crm", "url": "https://mcp.example", "authorization_token": "tok-9"}],
-        "response_format": {"type": "json_schema", "json_schema": {"schema": {
-            "properties": {"password": {"type": "string"}}, "required": ["password"],
-            "discriminator": {"mapping": {"password": "#/$defs/PwLogin"}}}}},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "schema": {
+                    "properties": {"password": {"type": "string"}},
+                    "required": ["password"],
+                    "discriminator": {"mapping": {"password": "#/$defs/PwLogin"}},
+                }
+            },
+        },
         "api_keys": ["sk-a", "sk-b"],
         "vertex_credentials": {"type": "service_account", "private_key": "-----BEGIN"},
         "extra": {"aws_secret_access_key": "", "token": None, "passwordless": True, "access_token": 1234567},
         "database_url": "postgres://app:pw-9@db.internal/x",
-    }  # fmt: skip
+    }
     removed: list[str] = []
     assert redact_fields(params, removed) == 6
     assert params == {
@@ -106,14 +238,21 @@ def test_redact_fields_replaces_whatever_a_credential_name_holds_at_any_depth_in
         "temperature": 0.2,
         "prompt_cache_key": "user-42",
         "mcp_servers": [{"name": "crm", "url": "https://mcp.example", "authorization_token": "REDACTED"}],
-        "response_format": {"type": "json_schema", "json_schema": {"schema": {
-            "properties": {"password": {"type": "string"}}, "required": ["password"],
-            "discriminator": {"mapping": {"password": "#/$defs/PwLogin"}}}}},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "schema": {
+                    "properties": {"password": {"type": "string"}},
+                    "required": ["password"],
+                    "discriminator": {"mapping": {"password": "#/$defs/PwLogin"}},
+                }
+            },
+        },
         "api_keys": "REDACTED",
         "vertex_credentials": "REDACTED",
         "extra": {"aws_secret_access_key": "", "token": None, "passwordless": True, "access_token": "REDACTED"},
         "database_url": "postgres://app:REDACTED@db.internal/x",
-    }  # fmt: skip
+    }
     assert sorted(removed) == sorted(
         ["sk-live-1", "tok-9", "sk-a", "sk-b", "service_account", "-----BEGIN", "1234567", "pw-9"]
     )
@@ -135,18 +274,21 @@ def test_redact_fields_walks_any_nesting_without_recursion():
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("postgres://u:PW@db/x", "postgres://u:REDACTED@db/x"),
-     ("https://mcp.example/sse?api_key=xyz&x=1", "https://mcp.example/sse?api_key=REDACTED&x=1"),
-     ("https://ghp_abc@github.com/x.git", "https://REDACTED@github.com/x.git"),  # user-info alone: a token
-     ("see https://h.example/cb?access_token=abc now", "see https://h.example/cb?access_token=REDACTED now"),
-     ("https://h.example/cb#access_token=abc&state=1", "https://h.example/cb#access_token=REDACTED&state=1"),
-     ("a https://x.example/ b postgres://u:pw@h/d", "a https://x.example/ b postgres://u:REDACTED@h/d"),
-     ("Bearer abcdefghijklmnop", "REDACTED"), ("Basic settings", "Basic settings"),
-     ("sk-ant-abcdefghijklmnopqrstuvwx", "REDACTED"),
-     ("sk-learn is a library", "sk-learn is a library"),
-     ("see https://a.example/c?q=1 for more", "see https://a.example/c?q=1 for more"),
-     ("no url: a:b@c", "no url: a:b@c")],
-)  # fmt: skip
+    [
+        ("postgres://u:PW@db/x", "postgres://u:REDACTED@db/x"),
+        ("https://mcp.example/sse?api_key=xyz&x=1", "https://mcp.example/sse?api_key=REDACTED&x=1"),
+        ("https://ghp_abc@github.com/x.git", "https://REDACTED@github.com/x.git"),  # user-info alone: a token
+        ("see https://h.example/cb?access_token=abc now", "see https://h.example/cb?access_token=REDACTED now"),
+        ("https://h.example/cb#access_token=abc&state=1", "https://h.example/cb#access_token=REDACTED&state=1"),
+        ("a https://x.example/ b postgres://u:pw@h/d", "a https://x.example/ b postgres://u:REDACTED@h/d"),
+        ("Bearer abcdefghijklmnop", "REDACTED"),
+        ("Basic settings", "Basic settings"),
+        ("sk-ant-abcdefghijklmnopqrstuvwx", "REDACTED"),
+        ("sk-learn is a library", "sk-learn is a library"),
+        ("see https://a.example/c?q=1 for more", "see https://a.example/c?q=1 for more"),
+        ("no url: a:b@c", "no url: a:b@c"),
+    ],
+)
 def test_redact_string_urls(value, expected):
     assert redact_string(value) == expected
 
@@ -161,12 +303,17 @@ def test_redact_request_covers_parameters_metadata_and_tools_not_messages():
         messages=[{"role": "user", "content": "my password is hunter2", "password": "kept"}],
         tools=[
             {"type": "function", "function": {"name": "login", "parameters": copy.deepcopy(SCHEMA)}},
-            {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/sse",
-             "authorization": "oauth-abc", "headers": {"Authorization": "Bearer xyz", "X-Team": "red"}},
+            {
+                "type": "mcp",
+                "server_label": "crm",
+                "server_url": "https://mcp.example/sse",
+                "authorization": "oauth-abc",
+                "headers": {"Authorization": "Bearer xyz", "X-Team": "red"},
+            },
         ],
         parameters={"api_key": "sk-1", "max_tokens": 5},
         metadata={"session_token": "s-1", "team": "a", "properties": {"api_key": "sk-2"}},
-    )  # fmt: skip
+    )
     removed, dropped = redact_request(facts)
     assert sorted(removed) == ["Bearer xyz", "oauth-abc"]  # (values under 8 characters are not scrubbed for)
     assert dropped == []
@@ -176,9 +323,14 @@ def test_redact_request_covers_parameters_metadata_and_tools_not_messages():
     assert facts.messages == [{"role": "user", "content": "my password is hunter2", "password": "kept"}]
     assert facts.tools == [
         {"type": "function", "function": {"name": "login", "parameters": SCHEMA}},
-        {"type": "mcp", "server_label": "crm", "server_url": "https://mcp.example/sse",
-         "authorization": "REDACTED", "headers": {"Authorization": "REDACTED", "X-Team": "red"}},
-    ]  # fmt: skip
+        {
+            "type": "mcp",
+            "server_label": "crm",
+            "server_url": "https://mcp.example/sse",
+            "authorization": "REDACTED",
+            "headers": {"Authorization": "REDACTED", "X-Team": "red"},
+        },
+    ]
 
 
 def test_scrub_removes_echoes_of_removed_values():
@@ -277,8 +429,17 @@ def test_redact_record_covers_the_stream_request_id_and_violation_details():
 
     from observer.records import Exchange, Violation, ViolationKind
 
-    rec = Exchange(id="r", dialect="llm-stream-1.0", scheme="https", host="h", port=443, path="/", method="POST",
-                   http_version="HTTP/1.1", started_at=datetime(2026, 11, 30, tzinfo=timezone.utc))  # fmt: skip
+    rec = Exchange(
+        id="r",
+        dialect="llm-stream-1.0",
+        scheme="https",
+        host="h",
+        port=443,
+        path="/",
+        method="POST",
+        http_version="HTTP/1.1",
+        started_at=datetime(2026, 11, 30, tzinfo=timezone.utc),
+    )
     rec.request_id = "https://u:pw-12345678@h/r"
     rec.request.request_id = "https://u:pw-12345678@h/r"
     rec.violations = [Violation(ViolationKind.INVALID_EVENT, 3, "echo sk-secret-value-1")]
@@ -308,10 +469,20 @@ def test_redact_shaped_finds_key_shapes_anywhere_in_a_text():
 def test_header_secrets_are_the_credential_headers_values():
     from observer.redact import header_secrets
 
-    headers = {"authorization": "Bearer tok-123456789", "x-api-key": "k-987654321", "content-type": "application/json",
-               "x-goog-api-key": "g-55555555", "cookie": "session=abc123456"}  # fmt: skip
-    assert header_secrets(headers) == ["Bearer tok-123456789", "tok-123456789", "k-987654321", "g-55555555",
-                                       "session=abc123456"]  # fmt: skip
+    headers = {
+        "authorization": "Bearer tok-123456789",
+        "x-api-key": "k-987654321",
+        "content-type": "application/json",
+        "x-goog-api-key": "g-55555555",
+        "cookie": "session=abc123456",
+    }
+    assert header_secrets(headers) == [
+        "Bearer tok-123456789",
+        "tok-123456789",
+        "k-987654321",
+        "g-55555555",
+        "session=abc123456",
+    ]
 
 
 def test_redact_shaped_is_bounded():

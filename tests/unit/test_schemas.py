@@ -61,7 +61,9 @@ def mismatches(cls: type[Shaped], schema: type[BaseModel]) -> list[str]:
     """What ``schema`` lacks, has in excess, orders or types differently from ``cls.to_dict()``."""
     want = [k.name for k in keys(cls)]
     have = list(schema.model_fields)
-    problems = [f"{schema.__name__} lacks {n!r}: add `{n}: {expected_annotation(cls, n)}`" for n in want if n not in have]
+    problems = [
+        f"{schema.__name__} lacks {n!r}: add `{n}: {expected_annotation(cls, n)}`" for n in want if n not in have
+    ]
     problems += [f"{schema.__name__}.{n} is no key of {cls.__name__}" for n in have if n not in want]
     if not problems and want != have:
         problems.append(f"{schema.__name__} lists its fields as {have}, the record as {want}")

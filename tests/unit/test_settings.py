@@ -146,9 +146,10 @@ def test_each_proxy_setting_arrives_from_its_mitmproxy_option(spec):
 def test_observer_run_takes_set_of_a_proxy_setting_as_its_flag(spec, monkeypatch):
     """``observer run --set observer_<name>=V`` is the setting (a mitmdump command line works as is)."""
     result, got = _run_capturing(
-        monkeypatch, ["--set", f"{spec.option}={as_text(sample(spec))}", "--set", "ssl_insecure=true"]
-        + (["--no-migrate"] if spec.name != "migrate" else [])
-    )  # fmt: skip
+        monkeypatch,
+        ["--set", f"{spec.option}={as_text(sample(spec))}", "--set", "ssl_insecure=true"]
+        + (["--no-migrate"] if spec.name != "migrate" else []),
+    )
     assert result.exit_code == 0, result.output
     assert getattr(got["settings"], spec.name) == sample(spec)
     assert got["mitm_sets"] == ["ssl_insecure=true"]
@@ -220,25 +221,49 @@ def test_old_option_name_observer_spool_is_accepted():
 @pytest.mark.parametrize(
     ("env", "toml", "args", "message"),
     [
-        ({"OBSERVER_MAX_EVENT_BYTE": "65536"}, None, [],
-         "OBSERVER_MAX_EVENT_BYTE is not a setting (did you mean OBSERVER_MAX_EVENT_BYTES?)"),
+        (
+            {"OBSERVER_MAX_EVENT_BYTE": "65536"},
+            None,
+            [],
+            "OBSERVER_MAX_EVENT_BYTE is not a setting (did you mean OBSERVER_MAX_EVENT_BYTES?)",
+        ),
         ({"OBSERVER_WORKER_BUFFER_MB": "0"}, None, [], "OBSERVER_WORKER_BUFFER_MB must be 1-4096 (MiB), got '0'"),
         ({}, "worker_nice = 42\n", [], "worker_nice in observer.toml must be 0-19 (niceness), got 42"),
-        ({}, "max_event_byte = 1\n", [],
-         "max_event_byte in observer.toml is not a setting (did you mean max_event_bytes?)"),
+        (
+            {},
+            "max_event_byte = 1\n",
+            [],
+            "max_event_byte in observer.toml is not a setting (did you mean max_event_bytes?)",
+        ),
         ({}, None, ["--max-blocks", "0"], "--max-blocks must be an integer >= 1 (blocks), got 0"),
-        ({}, None, ["--set", "observer_max_blocks=x"],
-         "--set observer_max_blocks must be an integer >= 1 (blocks), got 'x'"),
+        (
+            {},
+            None,
+            ["--set", "observer_max_blocks=x"],
+            "--set observer_max_blocks must be an integer >= 1 (blocks), got 'x'",
+        ),
         ({"OBSERVER_MAX_BLOCKS": "x"}, None, ["--max-blocks", "0"], "--max-blocks must be"),  # the CLI's value counts
-        ({}, None, ["--set", "observer_max_block=1"],
-         "--set observer_max_block is not a setting (did you mean observer_max_blocks?)"),
-        ({}, None, ["--set", "observer_api_port=1"],
-         "--set observer_api_port: api_port is not a proxy option; use --api-port"),
-        ({}, None, ["--db", "sqlite:///a.db", "--set", "observer_db=sqlite:///b.db"],
-         "--set observer_db and --db name the same setting: give it once"),
+        (
+            {},
+            None,
+            ["--set", "observer_max_block=1"],
+            "--set observer_max_block is not a setting (did you mean observer_max_blocks?)",
+        ),
+        (
+            {},
+            None,
+            ["--set", "observer_api_port=1"],
+            "--set observer_api_port: api_port is not a proxy option; use --api-port",
+        ),
+        (
+            {},
+            None,
+            ["--db", "sqlite:///a.db", "--set", "observer_db=sqlite:///b.db"],
+            "--set observer_db and --db name the same setting: give it once",
+        ),
         ({}, None, ["--set", "observer_max_blocks"], "--set observer_max_blocks needs a value"),
     ],
-)  # fmt: skip
+)
 def test_observer_run_refuses_a_bad_setting_before_anything_starts(env, toml, args, message, monkeypatch, tmp_path):
     """Each bad value is named as it was given (variable, file key, flag, --set), with its range;
     a typo'd OBSERVER_* variable does not pass unnoticed. Nothing starts: no banner, no token."""

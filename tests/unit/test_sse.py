@@ -132,7 +132,7 @@ def test_trailing_garbage_gives_same_events_before_it(name, garbage, points):
 
 @pytest.mark.parametrize("name", COMPLETE_NAMES)
 def test_incomplete_event_after_fixture(name):
-    data = fixture(name) + b"event: x\ndata: {\"trunc"
+    data = fixture(name) + b'event: x\ndata: {"trunc'
     expected = EXPECTED[name]
     assert decode([data], close=False) == expected
     assert decode(bytewise(data), close=False) == expected
@@ -468,9 +468,20 @@ def test_max_event_bytes_validated(bad):
 
 
 _LINES = st.sampled_from(
-    [b"data: {\"t\":1}", b"data:x", b"data: ", b"data", b"event: e", b"event:", b"id: 3", b"retry: 9",
-     b": c", b"other: z", b""]
-)  # fmt: skip
+    [
+        b'data: {"t":1}',
+        b"data:x",
+        b"data: ",
+        b"data",
+        b"event: e",
+        b"event:",
+        b"id: 3",
+        b"retry: 9",
+        b": c",
+        b"other: z",
+        b"",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -499,8 +510,10 @@ def test_crlf_whole_blocks():
     shortcut): exact messages and sizes."""
     d = SSEDecoder()
     assert d.feed(b"data: a\r\n\r\nevent: e\r\ndata: b\r\n\r\ndata: c\r\ndata: d\r\n\r\ndata: e") == [
-        ev("a", 11), ev("b", 21, event="e"), ev("c\nd", 20)
-    ]  # fmt: skip
+        ev("a", 11),
+        ev("b", 21, event="e"),
+        ev("c\nd", 20),
+    ]
     assert d.feed(b"f\r\n\r\ndata: g\r\n\r\n") == [ev("ef", 12), ev("g", 11)]
     assert d.feed(b"data: h\r\n\r\n") == [ev("h", 11)]
 

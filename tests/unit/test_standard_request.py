@@ -29,7 +29,8 @@ def test_media_type_detected(ctype):
 
 
 @pytest.mark.parametrize(
-    "ctype", [None, "", "application/json", "application/llm-request", "text/event-stream", "application/llm-request+jsonx"]
+    "ctype",
+    [None, "", "application/json", "application/llm-request", "text/event-stream", "application/llm-request+jsonx"],
 )
 def test_other_media_types_not_detected(ctype):
     assert default_registry().classify(view(ctype)) is None
@@ -37,9 +38,18 @@ def test_other_media_types_not_detected(ctype):
 
 @pytest.mark.parametrize(
     ("b64", "size"),
-    [("", 0), ("TQ==", 1), ("TWE=", 2), ("TWFu", 3), ("TWFuTQ==", 4), ("TQ", 1), ("TWE", 2), ("TW\nFu", 3),
-     ("iVBORw0KGgo=", 8)],
-)  # fmt: skip
+    [
+        ("", 0),
+        ("TQ==", 1),
+        ("TWE=", 2),
+        ("TWFu", 3),
+        ("TWFuTQ==", 4),
+        ("TQ", 1),
+        ("TWE", 2),
+        ("TW\nFu", 3),
+        ("iVBORw0KGgo=", 8),
+    ],
+)
 def test_base64_decoded_size(b64, size):
     """RFC 4648 §10 test vectors ("M", "Ma", "Man"), unpadded and with line breaks."""
     assert base64_decoded_size(b64) == size
@@ -98,13 +108,20 @@ def test_unknown_fields_and_extensions_ignored():
         (b'{"version":"1.0","stream":"yes","model":"m","messages":[]}', ["stream is not a boolean"]),
         (b'{"version":"1.0","stream":false,"model":"m","messages":[]}', ["stream is false (draft §4.2: MUST be true)"]),
         (b'{"version":"1.0","stream":true,"model":42,"messages":[]}', ["model is not a string"]),
-        (b'{"version":"1.0","stream":true,"model":"m","messages":[],"extensions":[1,2]}', ["extensions is not an object"]),
-        (b'{"version":"1.0","stream":true,"model":"m","messages":["hi",{"content":"x"}]}',
-         ["2 message(s) without an object and role"]),
-        (b'{"version":"1.0","stream":true,"model":"m","messages":[],"metadata":{"request_id":7}}',
-         ["metadata.request_id is not a string"]),
+        (
+            b'{"version":"1.0","stream":true,"model":"m","messages":[],"extensions":[1,2]}',
+            ["extensions is not an object"],
+        ),
+        (
+            b'{"version":"1.0","stream":true,"model":"m","messages":["hi",{"content":"x"}]}',
+            ["2 message(s) without an object and role"],
+        ),
+        (
+            b'{"version":"1.0","stream":true,"model":"m","messages":[],"metadata":{"request_id":7}}',
+            ["metadata.request_id is not a string"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_wrong_types_are_flagged(body, details):
     """Found by the adversarial trial: wrongly typed fields were silently accepted."""
     facts, violations = StandardDialect().parse_request(body)

@@ -414,18 +414,35 @@ def test_request_facts_round_trip_every_field(store: AuditStore) -> None:
     silently dropped on read)."""
     rec = unreported_usage_record()
     rec.request = RequestFacts(
-        version="1.0", stream=True, model="m", messages=[{"role": "user", "content": "hi"}],
-        tools=[{"name": "get_weather"}], parameters={"temperature": 0}, metadata={"k": "v"},
-        extensions=["acme:x"], body_bytes=123, tool_names=["get_weather"], end_user="user-7", request_id="req-9",
-    )  # fmt: skip
+        version="1.0",
+        stream=True,
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[{"name": "get_weather"}],
+        parameters={"temperature": 0},
+        metadata={"k": "v"},
+        extensions=["acme:x"],
+        body_bytes=123,
+        tool_names=["get_weather"],
+        end_user="user-7",
+        request_id="req-9",
+    )
     store.write_many([rec])
     got = store.get(rec.id)["request"]
     assert got == {
-        "version": "1.0", "stream": True, "model": "m", "messages": [{"role": "user", "content": "hi"}],
-        "tools": [{"name": "get_weather"}], "parameters": {"temperature": 0}, "metadata": {"k": "v"},
-        "extensions": ["acme:x"], "body_bytes": 123, "tool_names": ["get_weather"], "end_user": "user-7",
+        "version": "1.0",
+        "stream": True,
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "get_weather"}],
+        "parameters": {"temperature": 0},
+        "metadata": {"k": "v"},
+        "extensions": ["acme:x"],
+        "body_bytes": 123,
+        "tool_names": ["get_weather"],
+        "end_user": "user-7",
         "request_id": "req-9",
-    }  # fmt: skip
+    }
     assert store.list(1)[0][0]["end_user"] == "user-7"
 
 

@@ -81,8 +81,17 @@ def test_a_frame_announcing_more_than_the_maximum_is_an_error():
 
 def _spec(case: Case) -> ResponseSpec:
     facts, _ = default_registry().get(case.dialect).parse_request(case.request, view_of(case))
-    return ResponseSpec(case.dialect, case.status, case.content_type, case.content_encoding, T0, case.path,
-                        tuple(facts.tool_names), facts.request_id, facts.stream)  # fmt: skip
+    return ResponseSpec(
+        case.dialect,
+        case.status,
+        case.content_type,
+        case.content_encoding,
+        T0,
+        case.path,
+        tuple(facts.tool_names),
+        facts.request_id,
+        facts.stream,
+    )
 
 
 def _chunks(case: Case, rng: random.Random) -> list:
@@ -118,8 +127,12 @@ def test_worker_core_facts_equal_in_process_facts():
         case = load(d, c)
         pending = _chunks(case, rng)
         third = (len(pending) // 6) * 2
-        msgs = [Open(fid, _spec(case)), Data([(fid, pending[:third])]), Data([(fid, pending[third:])]),
-                Finish(fid, StreamEnd(case.end, T0 + 1.0))]  # fmt: skip
+        msgs = [
+            Open(fid, _spec(case)),
+            Data([(fid, pending[:third])]),
+            Data([(fid, pending[third:])]),
+            Finish(fid, StreamEnd(case.end, T0 + 1.0)),
+        ]
         answers = []
         for m in msgs:
             (decoded,) = reader.feed(encode(m))
@@ -188,8 +201,9 @@ def test_worker_process_facts_equal_in_process_facts():
 # ----- the addon in worker mode -----
 
 COMPLETE_TEXT = "The weather in Vienna is 24C and sunny."
-DELTA = (b'event: content.delta\ndata: {"type":"content.delta","seq":%d,"index":0,'
-         b'"delta":{"type":"text","text":"x"}}\n\n')  # fmt: skip
+DELTA = (
+    b'event: content.delta\ndata: {"type":"content.delta","seq":%d,"index":0,"delta":{"type":"text","text":"x"}}\n\n'
+)
 
 
 def drive(scenario, restart_after_s: float = 60.0) -> tuple[Sink, LLMAudit]:
@@ -453,7 +467,6 @@ def test_a_worker_dies_with_its_proxy_even_when_stopped():
         "    link = WorkerLink(on_facts=lambda f, r: None, on_death=lambda r: None)\n"
         "    link.start(asyncio.get_running_loop())\n"
         "    os.kill(link.pid, signal.SIGSTOP)\n"  # at once: before the worker's own first statement
-
         "    print(link.pid, flush=True)\n"
         "    await asyncio.sleep(60)\n"
         "asyncio.run(main())\n"
@@ -628,8 +641,10 @@ def test_a_write_to_a_dead_worker_reports_its_exit_status():
 def test_a_custom_registry_is_parsed_by_the_worker_too():
     """A registry named by its factory reaches the worker (it was in-process only before): the
     addon recognises an OpenAI chat request with it and the worker parses the stream."""
-    chunk = (b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
-             b'"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n')  # fmt: skip
+    chunk = (
+        b'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+        b'"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+    )
 
     async def run() -> list:
         sink = Sink()

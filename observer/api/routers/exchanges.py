@@ -41,7 +41,9 @@ def get_exchange(
     """The full audit record: request facts, content blocks, tool calls, usage, violations."""
     record = store.get(exchange_id)
     if record is None:
-        raise HTTPException(status_code=status.HTTP_404_NOT_FOUND, detail=f"no exchange with id {_shorten(exchange_id)!r}")
+        raise HTTPException(
+            status_code=status.HTTP_404_NOT_FOUND, detail=f"no exchange with id {_shorten(exchange_id)!r}"
+        )
     return record
 
 
