@@ -404,7 +404,7 @@ class Reassembler:
         or anything with its fields) and decides its outcome.
 
         ``readable`` is false when the caller could not read the stream (undecodable content,
-        not an event stream, observer failure): then a missing ``stream.end`` is not the
+        not an event stream, a whole JSON body over its cap, observer failure): then a missing ``stream.end`` is not the
         upstream's fault and is not flagged. Outcome: ``error`` if an error event arrived; else
         ``completed`` if ``stream.end`` was seen; else by ``end``: ``client_aborted``,
         ``interrupted`` (observer shutdown), ``unreadable`` (clean end of a stream we could not

@@ -133,7 +133,9 @@ class StreamObserver:
         # Adapters that map a pre-parsed message (``on_object``), and their fast lanes.
         self._on_object = getattr(self._adapter, "on_object", None)
         # A message that is the whole body is never a delta: no fast lane for it.
-        streamed = framing is not None and not framing.whole_body
+        self._whole_body = framing is not None and framing.whole_body
+        self._lost_body = False
+        streamed = framing is not None and not self._whole_body
         self._fast = getattr(self._adapter, "fast", None) if self._on_object is not None and streamed else None
         self._closed = False
         # ``feed``'s short way: plain bytes straight to the framer (false once observation stops).
@@ -231,6 +233,8 @@ class StreamObserver:
                     r.violation(item)  # type: ignore[arg-type]
                     if item.kind == ViolationKind.OVERSIZE_EVENT:  # type: ignore[union-attr]
                         self._adapter.on_lost()
+                        # The one message of a whole-body framing is the response: it was not read.
+                        self._lost_body = self._whole_body
         finally:
             self._messages = m
 
@@ -327,7 +331,7 @@ class StreamObserver:
                 self.fail(exc)
         facts.transport_error = end.transport_error
         facts.ended_at = utc_from_epoch(end.at_s)
-        readable = self._body is None and not self._broken
+        readable = self._body is None and not self._broken and not self._lost_body
         self._reassembler.finish(facts, end.cause, request_start_s=self._spec.started_at_s, readable=readable)
         if self._body is not None:
             facts.response_body = bytes(self._body).decode("utf-8", "replace")

@@ -87,7 +87,8 @@ def test_truncated_gzip_is_a_truncated_stream():
 
 def test_whole_json_body_over_its_cap():
     """A non-streaming JSON answer larger than max_json_body_bytes: one oversize_event, no
-    message; the record says the stream could not be read to its end."""
+    message, and the record says the observer could not read it (``unreadable``), not that the
+    upstream cut it short (regression: ``truncated`` with ``missing_stream_end``)."""
     body = b'{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"content":"' + b"x" * 200 + b'"}}]}'
     rec = observe(
         "openai.chat",
@@ -97,7 +98,8 @@ def test_whole_json_body_over_its_cap():
         path="/v1/chat/completions",
         limits=Limits(max_json_body_bytes=100),
     )
-    assert [v["kind"] for v in rec["violations"]] == ["oversize_event", "missing_stream_end"]
+    assert [v["kind"] for v in rec["violations"]] == ["oversize_event"]
+    assert rec["outcome"] == "unreadable"
     assert rec["text"] == ""
 
 
