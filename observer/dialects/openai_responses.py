@@ -222,6 +222,8 @@ class OpenAIResponsesAdapter(AdapterBase):
             return False
         get = obj.get
         etype = get("type")
+        if etype.__class__ is not str:
+            return False
         if etype == "response.output_text.delta":
             if event and event != b"response.output_text.delta":
                 return False
@@ -240,6 +242,8 @@ class OpenAIResponsesAdapter(AdapterBase):
                 where = get("item_id")  # what _where gives
                 cache = False
             ci = get("content_index")
+            if not (_scalar(where) and _scalar(ci)):
+                return False  # the general path reports it
             key = ("text", where, ci)
             self._filled.add(key)
             if not delta:
@@ -295,7 +299,9 @@ class OpenAIResponsesAdapter(AdapterBase):
             self._delta(obj, seq, _DELTAS[etype], out)
         elif etype in _DONES:
             family, sub, block_type, field = _DONES[etype]
-            self._fill((family, _where(obj), obj.get(sub)), seq, block_type, obj.get(field), out)
+            key = (family, _where(obj), obj.get(sub))
+            if _valid_key(key, obj, sub, seq, out):
+                self._fill(key, seq, block_type, obj.get(field), out)
         return out
 
     # -- whole-body answers -------------------------------------------------------------------
@@ -336,6 +342,8 @@ class OpenAIResponsesAdapter(AdapterBase):
             out.append(Violation(V.INVALID_EVENT, seq, f"{obj['type']}: delta is not a string"))
             return
         key = (family, _where(obj), obj.get(sub))
+        if not _valid_key(key, obj, sub, seq, out):
+            return
         self._filled.add(key)
         if delta:
             out.append(ContentDelta(seq, self._block(key), delta, block_type))
@@ -356,7 +364,7 @@ class OpenAIResponsesAdapter(AdapterBase):
 
     def _on_item_added(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
         item = obj.get("item")
-        if isinstance(item, dict) and item.get("type") in _CALL_ITEMS:
+        if isinstance(item, dict) and text(item.get("type")) in _CALL_ITEMS:
             self._open_call(item, _index(obj.get("output_index")), seq, out)
 
     def _on_item_done(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
@@ -366,8 +374,8 @@ class OpenAIResponsesAdapter(AdapterBase):
 
     def _item(self, item: dict[str, Any], index: int | None, seq: int | None, out: list[Any]) -> None:
         """Fills whatever of a complete output item no delta carried."""
-        kind = item.get("type")
-        field = _CALL_ITEMS.get(kind)
+        kind = text(item.get("type"))
+        field = _CALL_ITEMS.get(kind)  # type: ignore[arg-type]
         if field is not None:
             call = self._open_call(item, index, seq, out)
             if not call.has_arguments:
@@ -375,12 +383,14 @@ class OpenAIResponsesAdapter(AdapterBase):
                 out.append(ToolCallDelta(seq, call.key, call.index, None, None, arguments(item.get(field))))
             return
         where = item.get("id") if index is None else index
+        if not _scalar(where):
+            where = None  # an id that is an array or object keys nothing
         for (item_type, parts_field), part_types in _PARTS.items():
             parts = item.get(parts_field)
             if kind != item_type or not isinstance(parts, list):
                 continue
             for sub, part in enumerate(parts):
-                spec = part_types.get(part.get("type")) if isinstance(part, dict) else None
+                spec = part_types.get(text(part.get("type"))) if isinstance(part, dict) else None  # type: ignore[arg-type]
                 if spec is not None:
                     family, block_type, text_field = spec
                     self._fill((family, where, sub), seq, block_type, part.get(text_field), out)
@@ -471,6 +481,23 @@ class OpenAIResponsesAdapter(AdapterBase):
 
 def _index(v: Any) -> int | None:
     return v if is_int(v) and v >= 0 else None
+
+
+def _scalar(v: Any) -> bool:
+    """True for a JSON value that can key a block: a string, number, boolean or null (arrays
+    and objects cannot: they are not hashable)."""
+    return v is None or v.__class__ in (str, int, float, bool)
+
+
+def _valid_key(key: tuple[str, Any, Any], obj: dict[str, Any], sub: str, seq: int | None, out: list[Any]) -> bool:
+    """True when the block ``key`` of a text event (family, item, part) is usable; else an
+    ``invalid_event`` naming the field that is an array or object, and False (the event is
+    not applied)."""
+    if _scalar(key[1]) and _scalar(key[2]):
+        return True
+    field = sub if not _scalar(key[2]) else "item_id"
+    out.append(Violation(V.INVALID_EVENT, seq, f"{obj.get('type')}: {field} is an array or object"))
+    return False
 
 
 def _where(obj: dict[str, Any]) -> Any:

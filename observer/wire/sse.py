@@ -37,9 +37,9 @@ drive an ``EventSource``):
   ``Violation(kind="unterminated_final_event")``.
 - Oversize events: an event block larger than ``max_event_bytes`` is discarded and reported
   as ``Violation(kind="oversize_event")``; the decoder resynchronises at the next blank line.
-- A blank line whose CR is the very last byte fed so far is not acted on until the next byte
-  (or ``close``) shows whether an LF follows: that keeps ``size_bytes`` exact and the output
-  independent of chunking. Only streams using bare-CR line ends, or a CRLF split exactly
+- A line whose CR is the very last byte fed so far is not acted on until the next byte (or
+  ``close``) shows whether an LF follows: that keeps ``size_bytes`` and the ``max_event_bytes``
+  check exact and the output independent of chunking. Only streams using bare-CR line ends, or a CRLF split exactly
   between its two bytes, see a dispatch one chunk late.
 """
 
@@ -59,7 +59,7 @@ _COLON = 0x3A
 # LF is the second half of a CRLF line end (WHATWG: "a U+000D CARRIAGE RETURN U+000A LINE
 # FEED (CRLF) character pair" is one line end), never a line end of its own.
 _CR_NONE = 0  # the previous chunk did not end with a CR
-_CR_COUNT = 1  # CR ended a field/comment line of the current block: count the LF in its size
+_CR_LINE = 1  # CR ended a field/comment line (held in ``_held``): act on it once its size is known
 _CR_DEFER = 2  # CR ended a blank line: the LF (if any) belongs to it, then act on the blank line
 _CR_DROP = 3  # CR ended a line being skipped (oversize recovery): swallow the LF
 
@@ -104,6 +104,7 @@ class SSEDecoder:
         "_cr",
         "_bom_open",
         "_idle",
+        "_held",
     )
 
     def __init__(self, max_event_bytes: int = 1 << 20) -> None:
@@ -129,6 +130,10 @@ class SSEDecoder:
         self._skipping = False
         self._skip_at_line_start = True
         self._cr = _CR_NONE
+        # A field/comment line whose CR was the last byte fed so far, with its size: acted on when
+        # the next byte (or ``close``) shows whether an LF follows, so that the size checked
+        # against ``max_event_bytes`` counts its whole line end, however the input was split.
+        self._held: tuple[bytes, int] | None = None
         self._bom_open = True  # until the leading-BOM question is settled
         # Nothing held or in progress (BOM question settled, no partial line, no block begun, no
         # CR pending, not skipping, not closed): set after each chunk ``feed`` took the long way.
@@ -145,6 +150,8 @@ class SSEDecoder:
 
         Diagnostic (tests, metrics); costs O(number of buffered data lines)."""
         held = len(self._partial) + len(self._event) + sum(map(len, self._data))
+        if self._held is not None:
+            held += len(self._held[0])
         return held + self._bom.held_bytes
 
     def feed(self, data: bytes) -> list[Message | Violation]:
@@ -238,6 +245,11 @@ class SSEDecoder:
             # The blank line's CR was the last byte of the stream: act on the blank line now.
             self._cr = _CR_NONE
             self._line(b"", 0, out)
+        elif self._cr == _CR_LINE:
+            self._cr = _CR_NONE
+            body, n = self._held  # type: ignore[misc]
+            self._held = None
+            self._line(body, n, out)
         self._cr = _CR_NONE
         if self._skipping:
             self._partial.clear()
@@ -273,7 +285,17 @@ class SSEDecoder:
     def _consume(self, data: bytes, out: list[Message | Violation]) -> None:
         """Scans one non-empty chunk (BOM already handled)."""
         cr = self._cr
-        if cr:
+        if cr == _CR_LINE:
+            self._cr = _CR_NONE
+            body, n = self._held  # type: ignore[misc]
+            self._held = None
+            if data[0] == _LF:  # WHATWG: CRLF is one line end, even split between chunks
+                data = data[1:]
+                n += 1
+            self._line(body, n, out)
+            if not data:
+                return
+        elif cr:
             self._cr = _CR_NONE
             if data[0] == _LF:
                 # WHATWG: CRLF is one line end, even when a chunk boundary falls inside it.
@@ -457,8 +479,8 @@ class SSEDecoder:
             else:
                 self._cr = _CR_DEFER
         else:
-            self._line(body, n, out)
-            self._cr = _CR_DROP if self._skipping else _CR_COUNT
+            self._held = (body, n)
+            self._cr = _CR_LINE
 
     def _line(self, body: bytes, n: int, out: list[Message | Violation]) -> None:
         """Processes one complete line: ``body`` without its terminator, ``n`` its size on the

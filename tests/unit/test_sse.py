@@ -536,3 +536,17 @@ def test_other_line_ends_inside_crlf_blocks(chunk, expected):
     WHATWG §9.2.5): what the line-by-line path gives, whole or byte by byte."""
     assert decode([chunk]) == expected
     assert decode(bytewise(chunk)) == expected
+
+
+_ID_OVER_LIMIT = b"id:abc\r\n\r\ndata:\n\n"  # "id:abc\r" is 7 bytes, its LF makes 8 > 7
+
+
+def test_sse_id_line_over_limit_with_crlf_split_is_chunking_independent():
+    """Whole, the id line's 8 bytes exceed max_event_bytes=7: the block is discarded and the id
+    line is not acted on (the next event has id None). Regression (found by a trial session):
+    cut between the CR and the LF, the line was acted on at the CR (7 bytes, within the limit),
+    so the id 'abc' was kept and every later event carried it."""
+    whole = feed(SSEDecoder(7), [_ID_OVER_LIMIT])
+    assert whole[1] == (b"", b"", None, None, 7)
+    assert feed(SSEDecoder(7), [_ID_OVER_LIMIT[:7], _ID_OVER_LIMIT[7:]]) == whole
+    assert feed(SSEDecoder(7), bytewise(_ID_OVER_LIMIT)) == whole
