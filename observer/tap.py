@@ -185,10 +185,15 @@ class StreamObserver:
                 return
             if not data:
                 return
+        self._take(data, now_s)
+
+    def _take(self, plain: bytes, now_s: float) -> None:
+        """Plain (content-decoded) bytes to the framer and its messages on, or, for a body that
+        is not parsed, into the kept bytes."""
         if self._framer is None:
-            self._keep(data)
+            self._keep(plain)
             return
-        items = self._framer.feed(data)
+        items = self._framer.feed(plain)
         if items:
             self._dispatch(items, now_s)
 
@@ -252,26 +257,16 @@ class StreamObserver:
                 self._general(message, now_s)
                 return
             parsed = _ParsedEvent(name, raw, id, retry, size)
-        r = self._reassembler
-        for ev in self._on_object(parsed, obj):  # type: ignore[misc]
-            if ev.__class__ is Violation:
-                r.violation(ev)
-            else:
-                r.apply(ev, now_s)
+        self._apply(self._on_object(parsed, obj), now_s)  # type: ignore[misc]
 
     def _general(self, message: Message, now_s: float) -> None:
         """A message whose data is not JSON straight from the bytes (or whose event type is not
         UTF-8): its text form to the adapter's ``on_message``, then ``invalid_utf8`` if
         anything was replaced."""
         text, bad = text_message(message)
-        r = self._reassembler
-        for ev in self._adapter.on_message(text):
-            if ev.__class__ is Violation:
-                r.violation(ev)
-            else:
-                r.apply(ev, now_s)
+        self._apply(self._adapter.on_message(text), now_s)
         if bad is not None:
-            r.violation(bad)
+            self._reassembler.violation(bad)
 
     def _stop(self, kind: ViolationKind, detail: str) -> None:
         self._plain = False
@@ -291,9 +286,10 @@ class StreamObserver:
         self._stop(ViolationKind.OVERSIZE_STREAM, f"more than {cap} messages: observation stopped")
 
     def _apply(self, items: list, now_s: float) -> None:
+        """An adapter's canonical events and violations, in order, to the reassembler."""
         r = self._reassembler
         for ev in items:
-            if isinstance(ev, Violation):
+            if ev.__class__ is Violation:  # final by use: one exact-type test
                 r.violation(ev)
             else:
                 r.apply(ev, now_s)
@@ -311,12 +307,7 @@ class StreamObserver:
             try:
                 tail = self._decoder.close()
                 if tail:
-                    if self._framer is None:
-                        self._keep(tail)
-                    else:
-                        items = self._framer.feed(tail)
-                        if items:
-                            self._dispatch(items, now_s)
+                    self._take(tail, now_s)
                 if self._framer is not None:
                     # Only a clean end can leave a final message without its terminator
                     # (``unterminated_final_event``); after an abort the tail is just cut off.

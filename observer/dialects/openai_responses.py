@@ -299,8 +299,8 @@ class OpenAIResponsesAdapter(AdapterBase):
             self._delta(obj, seq, _DELTAS[etype], out)
         elif etype in _DONES:
             family, sub, block_type, field = _DONES[etype]
-            key = (family, _where(obj), obj.get(sub))
-            if _valid_key(key, obj, sub, seq, out):
+            key = _block_key(obj, family, sub, seq, out)
+            if key is not None:
                 self._fill(key, seq, block_type, obj.get(field), out)
         return out
 
@@ -341,8 +341,8 @@ class OpenAIResponsesAdapter(AdapterBase):
         if not isinstance(delta, str):
             out.append(Violation(V.INVALID_EVENT, seq, f"{obj['type']}: delta is not a string"))
             return
-        key = (family, _where(obj), obj.get(sub))
-        if not _valid_key(key, obj, sub, seq, out):
+        key = _block_key(obj, family, sub, seq, out)
+        if key is None:
             return
         self._filled.add(key)
         if delta:
@@ -489,15 +489,18 @@ def _scalar(v: Any) -> bool:
     return v is None or v.__class__ in (str, int, float, bool)
 
 
-def _valid_key(key: tuple[str, Any, Any], obj: dict[str, Any], sub: str, seq: int | None, out: list[Any]) -> bool:
-    """True when the block ``key`` of a text event (family, item, part) is usable; else an
-    ``invalid_event`` naming the field that is an array or object, and False (the event is
-    not applied)."""
-    if _scalar(key[1]) and _scalar(key[2]):
-        return True
-    field = sub if not _scalar(key[2]) else "item_id"
+def _block_key(
+    obj: dict[str, Any], family: str, sub: str, seq: int | None, out: list[Any]
+) -> tuple[str, Any, Any] | None:
+    """The block key of a text event: (``family``, its output item (``_where``), its part
+    ``obj[sub]``); ``None`` with an ``invalid_event`` naming the field when the item or part is
+    an array or object (not hashable: the event is not applied)."""
+    where, part = _where(obj), obj.get(sub)
+    if _scalar(where) and _scalar(part):
+        return (family, where, part)
+    field = sub if not _scalar(part) else "item_id"
     out.append(Violation(V.INVALID_EVENT, seq, f"{obj.get('type')}: {field} is an array or object"))
-    return False
+    return None
 
 
 def _where(obj: dict[str, Any]) -> Any:

@@ -935,20 +935,21 @@ def test_general_path_never_takes_a_fast_lane(dialect, monkeypatch):
         (
             "openai.chat",
             "text/event-stream",
-            b'event: x\nid: 7\ndata: {"choices":[]}\n\n',
-            [("SSE", "x", '{"choices":[]}', "7", 37)],
+            'event: x\nid: 7\ndata: {"choices":[],"x":"\u00e9"}\n\n'.encode(),
+            [("SSE", "x", '{"choices":[],"x":"\u00e9"}', "7", 46)],
         ),
         (
             "ollama",
             "application/x-ndjson",
-            b'{"model":"m","done":false}\r\n',
-            [("frame", "", '{"model":"m","done":false}', None, 28)],
+            '{"model":"m\u00e9","done":false}\r\n'.encode(),
+            [("frame", "", '{"model":"m\u00e9","done":false}', None, 30)],
         ),
     ],
 )
 def test_parsed_message_reads_like_its_text_form(dialect, content_type, body, expected, monkeypatch):
     """The message ``on_object`` gets (data parsed from the bytes, its text decoded only when
-    read) has the text form's ``event``, ``data``, ``id`` and ``size_bytes``."""
+    read, UTF-8: the data holds an e-acute) has the text form's ``event``, ``data``, ``id`` and
+    ``size_bytes``."""
     from observer.wire.frames import JSONFrame
 
     cls = _adapter_class(dialect)
