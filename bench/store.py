@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import sqlalchemy as sa  # noqa: E402
+from observer.store.writer import RecordWriter  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from bench._common import Report, percentile  # noqa: E402
@@ -58,7 +59,6 @@ from observer.records import (  # noqa: E402
 )
 from observer.store.migrate import upgrade  # noqa: E402
 from observer.store.store import AuditStore  # noqa: E402
-from observer.store.writer import RecordWriter  # noqa: E402
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TARGET_SQLITE_RPS = 1000.0

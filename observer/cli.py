@@ -96,8 +96,11 @@ def run(
         check_port_free(settings.api_host, settings.api_port, "--api-port")
     except ObserverError as exc:
         _fail(str(exc))
-    if settings.migrate:
-        _upgrade(settings.db)
+    _open_store(settings)
+    try:  # the data folder holds the journal, the token and the CA key: the owner's alone
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"cannot make the data folder {settings.data_dir}: {exc.strerror}")
     started: list[subprocess.Popen] = []
 
     def start_api() -> subprocess.Popen:
@@ -198,6 +201,45 @@ def _upgrade(url: str) -> None:
     try:
         upgrade(url)
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        _fail(f"cannot open the audit store {_safe(url)}: {reason}")
+
+
+def _open_store(settings: Settings) -> None:
+    """``observer run``'s store at start: migrated (``migrate``) and checked against the journal
+    (``observer.store.drain.check_journal_store``). An unusable URL or a journal of another
+    store is a one-line error (exit 2); an unreachable database is a warning (the proxy records
+    to the journal and the drainer stores it when the database answers), or with
+    ``fail_closed`` an error."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+    from observer.store.drain import UNAVAILABLE_ERRORS, check_journal_store
+    from observer.store.migrate import upgrade
+    from observer.store.store import AuditStore
+
+    url = settings.db
+    try:
+        if settings.migrate:
+            upgrade(url)
+        store = AuditStore(url)
+        try:
+            check_journal_store(settings.journal_path, store)
+        finally:
+            store.dispose()
+    except (*UNAVAILABLE_ERRORS, OSError) as exc:
+        unreachable = isinstance(exc, OperationalError | ConnectionError | TimeoutError) and not url.startswith(
+            "sqlite"
+        )
+        if not unreachable or settings.fail_closed:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            _fail(f"cannot open the audit store {_safe(url)}: {reason}")
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        typer.echo(
+            f"observer: WARNING: the audit store {_safe(url)} is unreachable ({reason}); recording to the journal"
+            f" {settings.journal_path} until it answers (set fail_closed to refuse to start instead)",
+            err=True,
+        )
+    except (ArgumentError, NoSuchModuleError, ObserverError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         _fail(f"cannot open the audit store {_safe(url)}: {reason}")
 

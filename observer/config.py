@@ -42,8 +42,6 @@ DEFAULT_CONFIG_FILE = "observer.toml"
 # (``OBSERVER_TEST_PG_URL``); any other one is refused as a mistyped setting.
 NOT_SETTINGS_ENV = (CONFIG_FILE_ENV,)
 RESERVED_ENV_PREFIX = "OBSERVER_TEST_"
-# Option names mitmdump users knew before the settings were declared here: old -> setting.
-OLD_OPTIONS = {"observer_spool": "spool_path"}
 MAX_WORKER_BUFFER_MB = 4096  # the data waiting for the worker is held in the proxy's memory
 
 
@@ -87,22 +85,40 @@ class Settings(BaseSettings):
         unit="flag",
         proxy=True,
     )
-    spool_path: Path | None = _setting(
+    journal_dir: Path | None = _setting(
         None,
-        "File that keeps records while the database is unreachable, replayed in order when it returns."
-        " Unset: DATA_DIR/spool.jsonl under observer run, none under mitmdump.",
+        "Folder of the journal: every exchange is fsynced there before the database sees it, and an"
+        " exchange open at a crash is recorded as interrupted at the next start. Unset: DATA_DIR/journal.",
         unit="path",
+        proxy=True,
+    )
+    spool_max_bytes: int = _setting(
+        1 << 30,
+        "Journal bytes not yet stored in the database; beyond it new records are dropped, counted in a gap"
+        " record (or refused with 503 under fail_closed).",
+        unit="bytes",
+        proxy=True,
+        ge=1 << 20,
+    )
+    fail_closed: bool = _setting(
+        False,
+        "Answer new LLM requests 503 while they could not be recorded (journal full or failing), and do not"
+        " start while the database is unreachable; false: traffic flows and the loss is recorded as a gap.",
+        unit="flag",
         proxy=True,
     )
     queue_max: int = _setting(
         10000,
-        "Records waiting for the database; beyond it new records are dropped and counted (logged).",
+        "Finished records waiting in memory for the journal's disk writes; beyond it a record is dropped and"
+        " counted in a gap record.",
         unit="records",
         proxy=True,
         ge=1,
     )
     # ----- observer run: where it listens, what it keeps -----
-    data_dir: Path = _setting(Path(".observer"), "Folder of the generated API token and the mitmproxy CA.", unit="path")
+    data_dir: Path = _setting(
+        Path(".observer"), "Folder of the journal, the generated API token and the mitmproxy CA.", unit="path"
+    )
     confdir: Path | None = _setting(None, "mitmproxy confdir (its CA files). Unset: DATA_DIR/mitmproxy.", unit="path")
     proxy_host: str = _setting("127.0.0.1", "Address the forward proxy binds.", unit="address", min_length=1)
     proxy_port: int = _setting(8080, "Port of the forward proxy (0: any free port).", unit="port", ge=0, le=65535)
@@ -235,10 +251,14 @@ class Settings(BaseSettings):
         return self.confdir if self.confdir is not None else self.data_dir / "mitmproxy"
 
     @property
-    def spool_file(self) -> Path:
-        """Where ``observer run`` keeps records while the database is unreachable (replayed in
-        order on recovery): ``spool_path``, else ``data_dir/spool.jsonl``."""
-        return self.spool_path if self.spool_path is not None else self.data_dir / "spool.jsonl"
+    def journal_path(self) -> Path:
+        """The journal's folder (``observer.journal``): ``journal_dir``, else ``data_dir/journal``."""
+        return self.journal_dir if self.journal_dir is not None else self.data_dir / "journal"
+
+    @property
+    def legacy_spool(self) -> Path:
+        """Where versions before the journal spooled records (imported once, then renamed)."""
+        return self.data_dir / "spool.jsonl"
 
     @property
     def token_file(self) -> Path:
@@ -360,18 +380,15 @@ class OptionLoader(Protocol):
 
 def add_options(loader: OptionLoader) -> None:
     """Declares the mitmproxy option ``observer_<name>`` of every proxy setting (type, default
-    and help from the declaration), and the old option names (``OLD_OPTIONS``)."""
+    and help from the declaration)."""
     for spec in PROXY_SPECS:
         range_text = f" [{spec.range_text()}]" if spec.range_text() and spec.kind is not bool else ""
         loader.add_option(spec.option, spec.option_type, spec.to_option(spec.default), f"{spec.help}{range_text}")
-    for old, name in OLD_OPTIONS.items():
-        spec = SPECS[name]
-        loader.add_option(old, spec.option_type, spec.to_option(spec.default), f"Old name of {spec.option}.")
 
 
 def option_setting(option: str) -> str | None:
-    """The setting a mitmproxy option name (``observer_<name>``, or an old name) sets, else ``None``."""
-    name = OLD_OPTIONS.get(option) or option.removeprefix(OPTION_PREFIX)
+    """The setting a mitmproxy option name (``observer_<name>``) sets, else ``None``."""
+    name = option.removeprefix(OPTION_PREFIX)
     return name if option.startswith(OPTION_PREFIX) and name in SPECS and SPECS[name].proxy else None
 
 
@@ -384,12 +401,6 @@ def settings_from_options(options: Any) -> Settings:
     # (an empty option of an optional setting means unset: ``Settings._plain_values``)
     values = {spec.name: getattr(options, spec.option) for spec in PROXY_SPECS}
     where = {spec.name: spec.option for spec in PROXY_SPECS}
-    for old, name in OLD_OPTIONS.items():
-        spec, value = SPECS[name], getattr(options, old, "")
-        if value != spec.to_option(spec.default):
-            if getattr(options, spec.option) not in (value, spec.to_option(spec.default)):
-                raise ConfigError(f"{old} and {spec.option} name one setting: set {spec.option} only")
-            values[name], where[name] = value, old
     try:
         return Settings.model_construct(**_GivenOnly(**values).model_dump())
     except ValidationError as exc:

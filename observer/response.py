@@ -10,6 +10,7 @@ declared tool names and the client's correlation id. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
+from typing import Any
 
 from observer.limits import DEFAULT_LIMITS, Limits
 from observer.reassembly import EndCause
@@ -36,6 +37,18 @@ class ResponseSpec:
     request_id: str | None = None
     request_stream: bool | None = None
     limits: Limits = DEFAULT_LIMITS
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the journal keeps it with an open exchange); ``from_dict`` inverts it."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["tool_names"] = list(self.tool_names)
+        d["limits"] = {f.name: getattr(self.limits, f.name) for f in fields(self.limits)}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ResponseSpec:
+        """Raises ``TypeError``/``KeyError`` on a dict ``to_dict`` did not make."""
+        return cls(**{**d, "tool_names": tuple(d["tool_names"]), "limits": Limits(**d["limits"])})
 
     @property
     def media_type(self) -> str:

@@ -77,12 +77,8 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) 
 
 def embedded_proxy_options(settings: Settings) -> dict[str, object]:
     """The observer's mitmproxy options on ``observer run``'s proxy: every proxy setting, with the
-    spool resolved into the data folder (``Settings.spool_file``) and no migration (``run``
-    migrated the store before starting, so that its errors are one line)."""
-    return proxy_option_values(settings) | {
-        SPECS["migrate"].option: False,
-        SPECS["spool_path"].option: str(settings.spool_file),
-    }
+    journal resolved into the data folder (``Settings.journal_path``)."""
+    return proxy_option_values(settings) | {SPECS["journal_dir"].option: str(settings.journal_path)}
 
 
 def proxy_master(settings: Settings, mitm_sets: list[str]) -> DumpMaster:
@@ -114,6 +110,9 @@ async def run_proxy(
     ``start_api`` is called (so nothing is started and no banner is printed for a bad
     ``--set``: trial finding). ``start_api`` starts the query API and returns its process, which
     is watched; the caller stops it."""
+    # The root logger stays at WARNING outside mitmproxy's own main(); the observer's start-up
+    # and shutdown counts are INFO lines and must reach the terminal (mitmproxy's termlog).
+    logging.getLogger("observer").setLevel(logging.INFO)
     master = proxy_master(settings, mitm_sets)
     api = start_api() if start_api is not None else None
     exit_code = 0

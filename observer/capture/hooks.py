@@ -18,8 +18,11 @@ Hooks never block or await.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.connection import ConnectionState
@@ -34,13 +37,22 @@ from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
 from observer.reassembly import EndCause
-from observer.records import Violation, ViolationKind
+from observer.records import Exchange, Violation, ViolationKind
 from observer.redact import header_secrets
 from observer.response import ResponseSpec, StreamEnd
+
+if TYPE_CHECKING:
+    from observer.journal.journal import Journal
+    from observer.store.drain import Drainer
 
 log = logging.getLogger("observer.addon")
 
 METADATA_KEY = "llm_audit"
+_REFUSAL = (
+    b'{"error":{"type":"recording_unavailable","message":"The audit proxy cannot record this request'
+    b" (its journal is full or failing) and is configured to refuse unrecorded LLM traffic (fail_closed);"
+    b' try again later."}}'
+)
 FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
 
 
@@ -65,7 +77,10 @@ class LLMAudit:
             self._registry = load_registry(self._registry_factory)
         self._flows = FlowTable(sink=sink)
         self._custom_sink = sink is not None
-        self._writer = None
+        self._journal: Journal | None = None
+        self._drainer: Drainer | None = None
+        self.refused_requests = 0  # fail_closed: LLM requests answered 503
+        self._last_refusal_log = -60.0
         self._settings = Settings.model_construct()  # the defaults until ``configure``
         self._limits = self._settings.limits
         self._batcher = TapBatcher(running_loop)
@@ -166,24 +181,42 @@ class LLMAudit:
             log.error("observer: not recording: %s", self._options_error)
             ctx.master.shutdown()
             return
-        if not self._custom_sink and self._writer is None:
+        if not self._custom_sink and self._journal is None:
             self._start_writer()
             if self._settings.gc_freeze:
                 _freeze_startup_heap()
         self._start_worker()
 
     def _start_writer(self) -> None:
+        """The journal (``observer.journal``) and its drainer to the store: what a previous run
+        left open is recovered first, then records go to the journal (the sink) and from it to
+        the database. A database that does not answer yet is retried by the drainer."""
+        from observer.journal.journal import Journal
+        from observer.journal.recovery import recover
+        from observer.store.drain import Drainer, read_ack
         from observer.store.migrate import upgrade
         from observer.store.store import AuditStore
-        from observer.store.writer import RecordWriter
 
         settings = self._settings
         url = settings.db
-        if settings.migrate:
-            upgrade(url)
-        self._writer = RecordWriter(AuditStore(url), queue_max=settings.queue_max, spool_path=settings.spool_path)
-        self._writer.start()
-        self._flows.set_sink(self._writer.submit)
+        journal = Journal(settings.journal_path, max_bytes=settings.spool_max_bytes, queue_max=settings.queue_max)
+        journal.open()
+        _pos, acked_seq = read_ack(journal.directory)
+        recovery = recover(journal.directory, self._registry)
+        first = recovery.records + _legacy_spool(settings.legacy_spool)
+        journal.start(max(recovery.max_seq, acked_seq) + 1, first)
+        waiting = recovery.records_after(acked_seq)
+        self._journal = journal
+        self._drainer = Drainer(AuditStore(url), journal, prepare=(lambda: upgrade(url)) if settings.migrate else None)
+        self._drainer.start()
+        self._flows.set_sink(journal.record)
+        log.info(
+            "observer: journal %s: %d records waiting for the store, %d open exchanges recovered as records%s",
+            journal.directory,
+            waiting,
+            len(recovery.records),
+            f", {len(recovery.damaged)} damaged segments (logged)" if recovery.damaged else "",
+        )
         log.info("observer: recording LLM exchanges to %s", _safe_url(url))
 
     def _start_worker(self) -> None:
@@ -230,11 +263,32 @@ class LLMAudit:
             self._flows.finish(state, StreamEnd(EndCause.SHUTDOWN, now, transport_error="observer shut down"))
         if isinstance(self._backend, FailoverBackend):
             self._backend.close(timeout_s=10.0)
-        if self._writer is not None:
-            self._writer.close(timeout_s=10.0)
-            log.info("observer: writer closed %s", self._writer.stats())
-            self._writer = None
-            self._flows.set_sink(None)
+        if self._journal is not None:
+            self._stop_writer()
+
+    def _stop_writer(self) -> None:
+        """Journals what is queued, stores what the database takes within 10 s, and logs what
+        this run journaled, stored and dropped and what waits in the journal for the next start."""
+        from observer.store.drain import unstored_records
+
+        journal, drainer = self._journal, self._drainer
+        assert journal is not None and drainer is not None
+        journal.close(timeout_s=10.0)
+        drainer.close(timeout_s=10.0)
+        waiting = unstored_records(journal.directory)
+        js, ds = journal.stats(), drainer.stats()
+        log.info(
+            "observer: shutdown: %d records journaled, %d stored (%d gaps), %d dropped, %d waiting in the journal"
+            " for the next start%s",
+            js["journaled"],
+            ds["written"],
+            ds["gaps"],
+            js["dropped"],
+            waiting,
+            "" if not ds["refused"] else " (the journal belongs to another store: see the error above)",
+        )
+        self._journal = self._drainer = None
+        self._flows.set_sink(None)
 
     # ----- hooks -----
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -243,6 +297,9 @@ class LLMAudit:
             dialect = self._registry.classify(view)
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
+                return
+            if self._settings.fail_closed and self._journal is not None and not self._journal.accepting:
+                self._refuse(flow)
                 return
             state = _new_state(flow, dialect, view)
             length = view.headers.get("content-length", "")
@@ -320,7 +377,10 @@ class LLMAudit:
             )
             flush_bytes = self._backend.open(state.key, spec)
             state.opened = True
-            state.tap = StreamTap(state.key, self._backend, flush_bytes, self._batcher)
+            journal = self._journal
+            if journal is not None:
+                journal.open_exchange(state.key, ex.to_dict(), spec.to_dict(), [v.to_dict() for v in state.violations])
+            state.tap = StreamTap(state.key, self._backend, flush_bytes, self._batcher, journal)
             flow.response.stream = state.tap
         except Exception as exc:
             flow.response.stream = True  # fail open: the client still gets its stream
@@ -379,6 +439,20 @@ class LLMAudit:
                 self._flows.finish(state, end)
 
     # ----- helpers -----
+    def _refuse(self, flow: http.HTTPFlow) -> None:
+        """``fail_closed``: an LLM request that could not be recorded gets 503 from the proxy."""
+        flow.request.stream = True
+        flow.response = http.Response.make(503, _REFUSAL, {"content-type": "application/json", "retry-after": "5"})
+        self.refused_requests += 1
+        now = time.monotonic()
+        if now - self._last_refusal_log >= 60.0:
+            self._last_refusal_log = now
+            log.error(
+                "observer: fail_closed: LLM requests are refused (503) while recording fails (%s); %d so far",
+                self._journal.stats() if self._journal is not None else "no journal",
+                self.refused_requests,
+            )
+
     def _reclassify(self, flow: http.HTTPFlow, state: FlowState | None) -> FlowState | None:
         """Lets the response headers name the dialect (registry ``classify_response``). A flow
         first seen here was not recognised by its request, whose body was streamed on unkept:
@@ -450,6 +524,28 @@ def _new_state(flow: http.HTTPFlow, dialect: Dialect, view: RequestView) -> Flow
         removed=removed,
     )
     return FlowState(dialect, ex, view, flow.client_conn.id, envelope_secrets=removed)
+
+
+def _legacy_spool(path: Path) -> list[Exchange]:
+    """The records a version before the journal left in its spool (``DATA_DIR/spool.jsonl``),
+    read once: the file is renamed ``*.imported`` after (unreadable lines are logged)."""
+    from observer.store.store import exchange_from_dict
+
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(exchange_from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            log.error("observer: %s line %d cannot be read; it stays in %s.imported", path, n, path.name)
+    path.rename(path.with_name(path.name + ".imported"))
+    log.warning("observer: %d records of the old spool %s go to the journal", len(records), path)
+    return records
 
 
 def _freeze_startup_heap() -> None:

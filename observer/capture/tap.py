@@ -17,14 +17,29 @@ class StreamTap:
     """Returns each chunk unchanged and queues it with its arrival time (``time.time()``, epoch
     seconds) for ``backend`` (flow ``key``): handed over in the batcher's sweep, or at once when
     ``flush_bytes`` are waiting (bounded memory; big batches for bulk streams) or there is no
-    batcher. Runs inside mitmproxy's core, so no method raises (an exception would silently drop
-    the chunk for the client)."""
+    batcher. Each batch also goes to the ``journal`` (``observer.journal.Journal.data``), once,
+    before the backend sees it. Runs inside mitmproxy's core, so no method raises (an exception
+    would silently drop the chunk for the client)."""
 
-    __slots__ = ("_backend", "_batcher", "_flush_bytes", "_key", "_pending", "_pending_bytes", "queued")
+    __slots__ = (
+        "_backend",
+        "_batcher",
+        "_flush_bytes",
+        "_journal",
+        "_journaled",
+        "_key",
+        "_pending",
+        "_pending_bytes",
+        "queued",
+    )
 
-    def __init__(self, key: str, backend: Backend, flush_bytes: int, batcher: TapBatcher | None = None) -> None:
+    def __init__(
+        self, key: str, backend: Backend, flush_bytes: int, batcher: TapBatcher | None = None, journal=None
+    ) -> None:
         self._key = key
         self._backend = backend
+        self._journal = journal
+        self._journaled = 0  # leading items of _pending already given to the journal
         self._batcher = batcher
         self._flush_bytes = flush_bytes if batcher is not None else 0  # handed over at once from here
         self._pending: list = []  # chunk, arrival time, chunk, arrival time, ... (oldest first)
@@ -62,6 +77,17 @@ class StreamTap:
         nbytes = self._pending_bytes
         self._pending = []
         self._pending_bytes = 0
+        journal = self._journal
+        if journal is not None and len(pending) > self._journaled:
+            try:
+                if self._journaled:
+                    new = pending[self._journaled :]
+                    journal.data(self._key, new, sum(map(len, new[::2])))
+                else:
+                    journal.data(self._key, pending, nbytes)
+            except Exception:  # noqa: BLE001 - never out of the tap
+                log.error("observer: journaling chunks failed", exc_info=True)
+        self._journaled = 0
         try:
             i = self._backend.data(self._key, pending, nbytes, deadline, clock)
         except Exception:  # noqa: BLE001 - never out of the tap; the backend does not raise
@@ -72,6 +98,7 @@ class StreamTap:
             rest += self._pending  # (empty: nothing runs in between; kept in order anyway)
             self._pending = rest
             self._pending_bytes = sum(map(len, rest[::2]))
+            self._journaled = len(rest)
             return False
         return True
 

@@ -6,6 +6,8 @@ this file (the project is installed in editable mode), so the current directory 
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 from alembic import command
@@ -13,6 +15,8 @@ from alembic.config import Config
 from sqlalchemy.engine import make_url
 
 from observer.errors import ConfigError
+
+log = logging.getLogger("observer.store")
 
 #: ``<repo>/migrations`` (this file is ``<repo>/observer/store/migrate.py``).
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -37,15 +41,37 @@ def upgrade(url: str, revision: str = "head") -> None:
     sqlite:///D/x.db`` with a new D failed with "unable to open database file"). Raises
     SQLAlchemy's ``ArgumentError`` for an unparseable URL, ``OSError`` when the folder cannot be
     made."""
-    _make_sqlite_folder(url)
+    prepare_sqlite_file(url)
     command.upgrade(alembic_config(url), revision)
 
 
-def _make_sqlite_folder(url: str) -> None:
+def prepare_sqlite_file(url: str, *, make_folder: bool = True) -> None:
+    """A SQLite URL's file made ahead, mode 0600 (``create_private_file``), and its folder
+    (``make_folder``; else nothing is made when the folder is missing)."""
     parsed = make_url(url)
     path = parsed.database
     if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not path.startswith("file:"):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if make_folder:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        elif not Path(path).parent.is_dir():
+            return
+        create_private_file(Path(path))
+
+
+def create_private_file(path: Path) -> None:
+    """Creates ``path`` empty with mode 0600 unless it exists, so that SQLite, which gives its
+    ``-wal`` and ``-shm`` files the mode of the database file, keeps every prompt readable by the
+    owner only (SQLite would create it 0644 under the usual umask). An existing file keeps its
+    mode; one readable by others is logged."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            log.warning(
+                "the audit store file %s is readable by other users (mode %o)", path, path.stat().st_mode & 0o777
+            )
+        return
+    os.close(fd)
 
 
 def downgrade(url: str, revision: str) -> None:

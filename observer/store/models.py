@@ -112,6 +112,8 @@ class ExchangeRow(Base):
         # Keyset pagination orders by (started_at DESC, id DESC); an ascending index on both
         # columns serves that order by a backward scan on PostgreSQL and SQLite alike.
         Index("ix_exchanges_started_at_id", "started_at", "id"),
+        # One record per (writer, seq): the journal's numbering, so a replay never duplicates.
+        Index("ux_exchanges_writer_id_seq", "writer_id", "seq", unique=True),
         {"comment": "One row per observed LLM exchange (request + streamed response)."},
     )
 
@@ -151,6 +153,10 @@ class ExchangeRow(Base):
     created_at: Mapped[datetime] = mapped_column(
         server_default=func.now(), comment="Insert time on the database clock (UTC)"
     )
+    writer_id: Mapped[str | None] = mapped_column(
+        String(36), comment="Journal (observer process) that wrote the record; null before journals"
+    )
+    seq: Mapped[BigCount | None] = mapped_column(comment="The record's number in its writer's journal (1, 2, ...)")
 
     blocks: Mapped[list[BlockRow]] = relationship(
         order_by="BlockRow.position", cascade="all, delete-orphan", passive_deletes=True, lazy="raise"
@@ -207,3 +213,34 @@ class ViolationRow(ChildRow, Base):
     kind: Mapped[Label] = mapped_column(index=True, comment="observer.records.ViolationKind value")
     seq: Mapped[BigCount | None] = mapped_column(comment="Stream seq concerned (may exceed 2^53)")
     detail: Mapped[str]
+
+
+class GapRow(Base):
+    """Records a writer could not keep (``observer.journal``): dropped before the journal
+    (``queue_full``, ``spool_full``, ``disk_error``), refused by the database (``rejected``), or
+    missing from the journal when the database read it (``journal_lost``). A gap takes the seqs
+    ``seq``..``seq_end`` of its writer's numbering, so seqs of records and gaps have no holes."""
+
+    __tablename__ = "gaps"
+    __table_args__ = {"comment": "Recording gaps: what was lost, when, how many, why."}
+
+    writer_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    seq: Mapped[BigCount] = mapped_column(primary_key=True, comment="First seq of the gap")
+    seq_end: Mapped[BigCount] = mapped_column(comment="Last seq of the gap (= seq when it takes one)")
+    first_at: Mapped[datetime | None] = mapped_column(comment="First loss (UTC); null when unknown")
+    last_at: Mapped[datetime | None] = mapped_column(comment="Last loss (UTC); null when unknown")
+    dropped: Mapped[BigCount | None] = mapped_column(comment="Records lost; null when unknown")
+    reason: Mapped[Label]
+    detail: Mapped[str | None] = mapped_column(comment="Record id or error, where there is one")
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now(), comment="Insert time (database clock)")
+
+
+class StoreMetaRow(Base):
+    """Facts about the store itself; ``store_id`` names it, so a journal never replays into
+    another database."""
+
+    __tablename__ = "store_meta"
+    __table_args__ = {"comment": "The store's own facts (store_id)."}
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str]

@@ -75,6 +75,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
 )
 
 _CHILD_COLUMNS = ("exchange_id", "position")  # columns of every child table that are not fields
+#: ``exchanges`` columns the store sets, not the record: the journal's numbering (``write_many``).
+JOURNAL_COLUMNS = ("writer_id", "seq")
 
 
 def _column_names(table: FromClause) -> set[str]:
@@ -187,7 +189,7 @@ def _children(env: dict[str, Any]) -> dict[str, _Mapping]:
 
 
 _ENV: dict[str, Any] = {"_str": str, "_rfc3339": rfc3339}
-_EXCHANGES = _Mapping(Exchange, ExchangeRow.__table__, "", (), _ENV)
+_EXCHANGES = _Mapping(Exchange, ExchangeRow.__table__, "", JOURNAL_COLUMNS, _ENV)
 _CHILDREN = _children(_ENV)
 
 #: The generated source of every mapping, by function name (for reading and debugging).

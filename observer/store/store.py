@@ -15,18 +15,20 @@ import base64
 import binascii
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, insert, select, text, tuple_
+from sqlalchemy import Engine, create_engine, event, func, insert, select, text, tuple_
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload
 
 from observer.errors import ObserverError
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
-from observer.store.models import ExchangeRow
+from observer.store.models import ExchangeRow, GapRow, StoreMetaRow
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
 
@@ -77,18 +79,36 @@ class AuditStore:
         """The underlying engine (for migrations and tests)."""
         return self._engine
 
-    def write_many(self, records: Sequence[Exchange]) -> None:
-        """Inserts the records and their blocks, tool calls and violations in one transaction.
+    def write_many(
+        self,
+        records: Sequence[Exchange],
+        *,
+        writer_id: str | None = None,
+        seqs: Sequence[int] | None = None,
+        gaps: Sequence[Mapping[str, Any]] = (),
+    ) -> int:
+        """Inserts the records and their blocks, tool calls and violations, and ``gaps`` (rows
+        of ``gaps``: ``seq``, ``seq_end``, ``first_at``, ``last_at``, ``dropped``, ``reason``,
+        ``detail``), in one transaction; returns how many records were already stored.
 
-        Bulk ``INSERT``s: one multi-row statement per table. A record whose id is already stored
-        is skipped whole, as is a repeat of an id within ``records``. Nothing is written when it
+        ``writer_id``/``seqs``: the journal's numbering of the records (``seqs[i]`` is
+        ``records[i]``'s), also the gaps' writer. Bulk ``INSERT``s: one multi-row statement per
+        table. A record whose id is already stored is skipped whole, as is a repeat of an id
+        within ``records``, and a gap whose (writer, seq) is stored. Nothing is written when it
         raises: ``sqlalchemy.exc.SQLAlchemyError`` when the database refuses (``DataError`` for a
         value it cannot store), ``OverflowError``/``UnicodeEncodeError`` when the driver cannot
         encode one (SQLite integer beyond 64 bits, lone surrogate).
         """
         exchanges, children = rows_from_records([make_portable(r) for r in records])
+        numbering = dict(zip((r.id for r in records), seqs, strict=True)) if seqs is not None else {}
+        for row in exchanges:
+            row["writer_id"] = writer_id if seqs is not None else None
+            row["seq"] = numbering.get(row["id"])
         if not exchanges:
-            return
+            if gaps:
+                with Session(self._engine) as session, session.begin():
+                    self._write_gaps(session, writer_id, gaps)
+            return 0
         ids = [r["id"] for r in exchanges]
         id_column = ExchangeRow.__table__.c.id
         with Session(self._engine) as session, session.begin():
@@ -103,8 +123,55 @@ class AuditStore:
             for table, rows in ((ExchangeRow.__table__, exchanges), *children.items()):
                 if rows:
                     session.execute(insert(table), rows)
+            if gaps:
+                self._write_gaps(session, writer_id, gaps)
         if stored:
             log.info("audit store: %d of %d records were already stored", len(stored), len(ids))
+        return len(stored)
+
+    @staticmethod
+    def _write_gaps(session: Session, writer_id: str | None, gaps: Sequence[Mapping[str, Any]]) -> None:
+        table = GapRow.__table__
+        rows = [{**g, "writer_id": writer_id} for g in gaps]
+        seqs = [r["seq"] for r in rows]
+        stored = set(session.scalars(select(table.c.seq).where(table.c.writer_id == writer_id, table.c.seq.in_(seqs))))
+        rows = [r for r in rows if r["seq"] not in stored]
+        if rows:
+            session.execute(insert(table), rows)
+
+    def gaps(self, writer_id: str | None = None) -> list[Item]:
+        """The recorded gaps (all writers, or one), oldest seq first, as dicts of their columns."""
+        table = GapRow.__table__
+        stmt = select(table).order_by(table.c.writer_id, table.c.seq)
+        if writer_id is not None:
+            stmt = stmt.where(table.c.writer_id == writer_id)
+        with self._engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def max_seq(self, writer_id: str) -> int:
+        """The highest seq of ``writer_id`` among stored records and gaps (0: none)."""
+        ex, gap = ExchangeRow.__table__, GapRow.__table__
+        with self._engine.connect() as conn:
+            a = conn.scalar(select(func.max(ex.c.seq)).where(ex.c.writer_id == writer_id)) or 0
+            b = conn.scalar(select(func.max(gap.c.seq_end)).where(gap.c.writer_id == writer_id)) or 0
+        return max(a, b)
+
+    def store_id(self) -> str:
+        """This database's identity (``store_meta.store_id``), made on first use (several
+        writers racing to make it agree on the first one committed)."""
+        table = StoreMetaRow.__table__
+        query = select(table.c.value).where(table.c.key == "store_id")
+        with self._engine.connect() as conn:
+            found = conn.scalar(query)
+        if found is not None:
+            return found
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(insert(table), [{"key": "store_id", "value": str(uuid.uuid4())}])
+        except sa_exc.IntegrityError:
+            pass  # another writer made it first
+        with self._engine.connect() as conn:
+            return conn.scalar(query)
 
     def get(self, id: str) -> Item | None:  # noqa: A002 - the record's field name
         """The record with this id as ``Exchange.to_dict()`` returns it, or ``None``."""
@@ -190,6 +257,9 @@ def _create_engine(url: str) -> Engine:
     # hide_parameters: driver errors must not carry prompt or completion text into the logs.
     engine = create_engine(parsed, hide_parameters=True, pool_pre_ping=True, connect_args=connect_args)
     if backend == "sqlite":
+        from observer.store.migrate import prepare_sqlite_file
+
+        prepare_sqlite_file(url, make_folder=False)
         event.listen(engine, "connect", _sqlite_on_connect)
     return engine
 

@@ -614,7 +614,7 @@ def test_without_a_sink_the_addon_writes_to_its_store(tmp_path):
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     addon = LLMAudit(worker=False)
     with taddons.context(addon) as tctx:
-        tctx.configure(addon, observer_db=url, observer_gc_freeze=False)
+        tctx.configure(addon, observer_db=url, observer_gc_freeze=False, observer_journal_dir=str(tmp_path / "j"))
         addon.running()
         f = llm_flow()
         run_stream(addon, f, [BODY])

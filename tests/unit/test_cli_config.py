@@ -106,9 +106,9 @@ def test_busy_proxy_port_is_a_clear_error(tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}" in result.output and "--proxy-port" in result.output
 
 
-def test_spool_defaults_into_the_data_folder(tmp_path):
-    assert load_settings(data_dir=tmp_path).spool_file == tmp_path / "spool.jsonl"
-    assert load_settings(data_dir=tmp_path, spool_path=tmp_path / "s.jsonl").spool_file == tmp_path / "s.jsonl"
+def test_the_journal_defaults_into_the_data_folder(tmp_path):
+    assert load_settings(data_dir=tmp_path).journal_path == tmp_path / "journal"
+    assert load_settings(data_dir=tmp_path, journal_dir=tmp_path / "j").journal_path == tmp_path / "j"
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,15 @@ from observer.store.migrate import MIGRATIONS_DIR, downgrade, upgrade
 from observer.store.models import Base
 
 REPO = Path(__file__).resolve().parents[2]
-TABLES = {"alembic_version", "exchanges", "exchange_blocks", "exchange_tool_calls", "exchange_violations"}
+TABLES = {
+    "alembic_version",
+    "exchanges",
+    "exchange_blocks",
+    "exchange_tool_calls",
+    "exchange_violations",
+    "gaps",
+    "store_meta",
+}
 
 
 def _drift(url: str) -> list[object]:

@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 
 from observer.cli import app
 from observer.config import (
-    OLD_OPTIONS,
     PROXY_SPECS,
     SPECS,
     Settings,
@@ -208,16 +207,6 @@ def test_a_bad_option_names_the_option_and_its_range(option, value, message):
     assert str(err.value) == message
 
 
-def test_old_option_name_observer_spool_is_accepted():
-    (old,) = [o for o, name in OLD_OPTIONS.items() if name == "spool_path"]
-    with taddons.context(_OptionsOnly()) as tctx:
-        tctx.options.update(**{old: "old.jsonl"})
-        assert settings_from_options(tctx.options).spool_path == Path("old.jsonl")
-        tctx.options.update(observer_spool_path="new.jsonl")
-        with pytest.raises(ConfigError, match="observer_spool and observer_spool_path name one setting"):
-            settings_from_options(tctx.options)
-
-
 @pytest.mark.parametrize(
     ("env", "toml", "args", "message"),
     [
@@ -305,7 +294,7 @@ def test_unknown_environment_variable_is_a_config_error(monkeypatch):
 def test_lax_values_that_would_mislead_are_refused_or_mean_unset(tmp_path, monkeypatch):
     """Trial findings: ``worker_buffer_mb = true`` in observer.toml became 1 MiB, an empty
     ``OBSERVER_PROXY_HOST`` bound every interface, an empty ``OBSERVER_SPOOL_PATH`` spooled to
-    the working directory. Now: refused, refused, unset."""
+    the working directory (now ``OBSERVER_JOURNAL_DIR``). Now: refused, refused, unset."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "observer.toml").write_text("worker_buffer_mb = true\n")
     with pytest.raises(ConfigError, match=r"worker_buffer_mb in observer.toml must be 1-4096 \(MiB\), got True"):
@@ -315,5 +304,5 @@ def test_lax_values_that_would_mislead_are_refused_or_mean_unset(tmp_path, monke
     with pytest.raises(ConfigError, match="OBSERVER_PROXY_HOST must be a non-empty address, got ''"):
         load_settings()
     monkeypatch.delenv("OBSERVER_PROXY_HOST")
-    monkeypatch.setenv("OBSERVER_SPOOL_PATH", "")
-    assert load_settings().spool_path is None
+    monkeypatch.setenv("OBSERVER_JOURNAL_DIR", "")
+    assert load_settings().journal_dir is None

@@ -1,0 +1,155 @@
+"""What a start makes of the journal a previous run left: read every segment, find the exchanges
+that were still open when it stopped (an ``OPEN`` without its ``RECORD`` or ``FORGET``), and
+rebuild each as a record from its journaled request facts and response bytes, parsed by the same
+code as a live stream (``observer.capture.parsing``) and ended as ``EndCause.SHUTDOWN``: its
+outcome is ``interrupted`` unless the bytes already held the stream's end (then the answer was
+complete and only its record was not yet made: ``completed``). ``transport_error`` says it was
+recovered; a ``CUT`` entry (bytes missing from the journal) adds an ``observer_error``.
+
+Echoes of the request's credential values are scrubbed from a live record (the proxy keeps those
+values in memory only, never on disk); a recovered record gets the credential-shaped redaction
+only (``observer.redact.redact_record`` with no values).
+
+Damage: a segment's reading stops at a torn or corrupt entry (``observer.journal.format``). A
+torn end of the newest segment is the expected trace of a kill (logged at info); any other
+damage is logged as an error and what follows it in that segment is not read (the drainer's seq
+check records the records lost there as a gap).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from observer.capture.parsing import finish_observer, open_observer
+from observer.dialects.registry import DialectRegistry
+from observer.journal import format as fmt
+from observer.journal.journal import segment_name, segment_numbers
+from observer.reassembly import EndCause
+from observer.records import Exchange, Violation, ViolationKind
+from observer.redact import redact_record
+from observer.response import ResponseSpec, StreamEnd, assemble
+from observer.tap import feed_pending
+
+log = logging.getLogger("observer.journal")
+
+RECOVERED = (
+    "the observer stopped before this exchange was recorded (kill, crash or power loss); recovered from its journal"
+)
+
+
+@dataclass(slots=True)
+class Recovery:
+    """``recover``'s result: ``max_seq`` (highest seq in the segments; 0 when none),
+    ``records`` (the rebuilt records of the exchanges left open), ``damaged`` (one line per
+    damaged segment), ``segments`` and ``entries`` read."""
+
+    max_seq: int = 0
+    records: list[Exchange] = field(default_factory=list)
+    record_seqs: list[int] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    segments: int = 0
+    entries: int = 0
+
+    def records_after(self, seq: int) -> int:
+        """How many journaled records are numbered after ``seq`` (not yet stored)."""
+        return sum(1 for s in self.record_seqs if s > seq)
+
+
+@dataclass(slots=True)
+class _Open:
+    entry: fmt.Entry
+    data: list = field(default_factory=list)  # DATA entries
+    cut: bool = False
+
+
+def recover(directory: Path, registry: DialectRegistry) -> Recovery:
+    """Reads the segments in ``directory`` (see the module docstring). Never raises on damaged
+    content; ``OSError`` when a segment cannot be read."""
+    result = Recovery()
+    opened: dict[str, _Open] = {}
+    numbers = segment_numbers(directory)
+    for i, number in enumerate(numbers):
+        buf = (directory / segment_name(number)).read_bytes()
+        result.segments += 1
+        try:
+            scan = fmt.read_entries(buf)
+        except ValueError:
+            result.damaged.append(f"{segment_name(number)}: not a journal segment")
+            continue
+        if scan.damage is not None:
+            line = f"{segment_name(number)}: {scan.damage} entry at offset {scan.end} of {len(buf)}"
+            if scan.damage is fmt.Damage.TORN and i == len(numbers) - 1:
+                log.info("journal: %s (the last write before the stop was cut short)", line)
+            else:
+                log.error("journal: %s; the rest of this segment is not read", line)
+                result.damaged.append(line)
+        for e in scan.entries:
+            result.entries += 1
+            kind = e.kind
+            if kind is fmt.Kind.RECORD or kind is fmt.Kind.GAP:
+                result.max_seq = max(result.max_seq, e.seq)
+                if kind is fmt.Kind.RECORD:
+                    result.record_seqs.append(e.seq)
+                    try:
+                        opened.pop(fmt.loads(memoryview(e.body)[8:])["id"], None)
+                    except (ValueError, KeyError, TypeError):
+                        pass  # the drainer rejects it
+                continue
+            try:
+                rid = e.record_id
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                result.damaged.append(f"{segment_name(number)}: unreadable {kind.name} entry at {e.offset}")
+                continue
+            if kind is fmt.Kind.OPEN:
+                opened[rid] = _Open(e)  # a copy carried into a newer segment replaces the older
+            elif kind is fmt.Kind.FORGET:
+                opened.pop(rid, None)
+            elif rid in opened:
+                if kind is fmt.Kind.DATA:
+                    opened[rid].data.append(e)
+                else:
+                    opened[rid].cut = True
+    for rid, o in opened.items():
+        record = _rebuild(o, registry)
+        if record is None:
+            result.damaged.append(f"open exchange {rid}: unreadable")
+        else:
+            result.records.append(record)
+    return result
+
+
+def _rebuild(o: _Open, registry: DialectRegistry) -> Exchange | None:
+    try:
+        d = o.entry.json
+        exchange = Exchange.from_dict(d["exchange"])
+        spec = ResponseSpec.from_dict(d["spec"])
+        violations = [Violation.from_dict(v) for v in d["violations"]]
+    except (ValueError, KeyError, TypeError):
+        log.error("journal: an open exchange's entry cannot be read", exc_info=True)
+        return None
+    obs = open_observer(registry, spec, "recovery")
+    last_s = spec.started_at_s
+    for e in o.data:
+        try:
+            pending = e.chunks()
+        except ValueError:
+            o.cut = True
+            break
+        if pending:
+            last_s = max(last_s, pending[-1])
+            feed_pending(obs, pending)
+    facts = finish_observer(obs, StreamEnd(EndCause.SHUTDOWN, last_s, transport_error=RECOVERED))
+    if o.cut:
+        facts.violations.append(
+            Violation(
+                ViolationKind.OBSERVER_ERROR, None, "recovery: response bytes after those kept were not in the journal"
+            )
+        )
+    record = assemble(exchange, violations, facts)
+    redact_record(record, [])
+    return record
+
+
+__all__ = ["RECOVERED", "Recovery", "recover"]

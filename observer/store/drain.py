@@ -1,0 +1,507 @@
+"""``Drainer``: stores what the journal made durable, in journal order, exactly once.
+
+ONE thread reads the journal's segments (``observer.journal.format``) from the last
+acknowledged position up to the journal's durable end, and writes their ``RECORD`` and ``GAP``
+entries to the database with ``AuditStore.write_many`` (records carry the writer's id and seq;
+a record or gap already stored is skipped, so a replay after a crash never duplicates). After
+each committed batch it saves the position (``ack.json``, fsynced) and deletes the segments
+before it (``Journal.release``). It blocks while there is nothing new (no polling) and is woken
+by the journal after each fsync.
+
+Failure policy:
+
+- **Database unavailable** (connection refused or lost, timeout, missing table): the batch is
+  retried with capped exponential backoff, without end; nothing is dropped (the journal holds it,
+  up to ``spool_max_bytes``). The first success logs how long it was down.
+- **A record the database refuses** (a value it cannot store): the batch is retried record by
+  record; a refused record is kept in ``rejected.jsonl`` (with the error) and a ``rejected``
+  gap row takes its seq, so the store says a record is missing and why.
+- **Seqs missing from the journal** (a segment damaged or deleted behind the observer's back):
+  a ``journal_lost`` gap row takes the missing seqs (checked against the store's highest seq of
+  this writer; not before the first record of a store new to this writer).
+- **A journal that belongs to another store** (``identity.json``'s ``store_id`` is not this
+  database's ``store_meta.store_id``) while it still holds records: nothing is written and the
+  drainer stops (``refused``, a critical log line); the records stay in the journal. A journal
+  with nothing left to store is bound to the new store.
+- **close(timeout_s)**: stores what is durable while the database answers and the time lasts;
+  the rest stays in the journal for the next start (logged with counts).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+
+from observer.errors import ObserverError
+from observer.journal import format as fmt
+from observer.journal.journal import Journal, segment_name, segment_numbers, write_private
+from observer.records import Exchange
+from observer.shape import parse_rfc3339
+from observer.store.store import AuditStore
+
+log = logging.getLogger("observer.store")
+
+#: Errors that say "the database is not available": held and retried. Every other error says
+#: "these records cannot be stored": isolated record by record and rejected.
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.InternalError,
+    sa_exc.ProgrammingError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+)
+
+READ_BYTES = 8 << 20
+#: Seconds between two "database unavailable" warnings while it stays down.
+DOWN_WARNING_INTERVAL_S = 30.0
+
+Position = tuple[int, int]
+
+
+class Unavailable(Exception):
+    """The database did not take a write for a reason unrelated to the records."""
+
+
+class StoreMismatch(ObserverError):
+    """The journal holds records of another store."""
+
+    code = "journal_of_another_store"
+
+
+def read_ack(directory: Path) -> tuple[Position, int]:
+    """``ack.json``: ((segment, offset), seq) stored so far; ((0, 0), 0) when there is none."""
+    try:
+        d = fmt.loads((directory / "ack.json").read_bytes())
+        return (int(d["segment"]), int(d["offset"])), int(d["seq"])
+    except FileNotFoundError:
+        return (0, 0), 0
+    except (ValueError, KeyError, TypeError):
+        log.error("journal: %s is damaged; reading the journal from its oldest segment", directory / "ack.json")
+        return (0, 0), 0
+
+
+def unstored_records(directory: Path) -> int:
+    """``RECORD`` entries of the journal in ``directory`` after its ``ack.json`` position."""
+    (seg, off), _seq = read_ack(directory)
+    count = 0
+    for n in segment_numbers(directory):
+        if n < seg:
+            continue
+        try:
+            buf = (directory / segment_name(n)).read_bytes()
+            scan = fmt.read_entries(buf, off if n == seg else 0)
+        except (OSError, ValueError):
+            continue
+        count += sum(1 for e in scan.entries if e.kind is fmt.Kind.RECORD)
+    return count
+
+
+def check_journal_store(directory: Path, store: AuditStore) -> None:
+    """Raises ``StoreMismatch`` (an ``ObserverError``: one line) when the journal in
+    ``directory`` holds records not yet stored and belongs to another store than ``store``;
+    database errors propagate. Reads only: the journal may be in use."""
+    try:
+        own = fmt.loads((directory / "identity.json").read_bytes()).get("store_id")
+    except (FileNotFoundError, ValueError, AttributeError):
+        return
+    if own is None:
+        return
+    store_id = store.store_id()
+    if own != store_id and unstored_records(directory):
+        raise StoreMismatch(_mismatch(directory, own, store_id))
+
+
+def _mismatch(directory: Path, own: str, store_id: str) -> str:
+    return (
+        f"the journal {directory} holds records of the store {own}, and this database is the store {store_id}:"
+        " not writing them here. Point --db at the database they belong to, or move the journal folder away to"
+        " start afresh (its records are then not stored)"
+    )
+
+
+class Drainer:
+    """Journal -> one thread -> ``AuditStore.write_many``; see the module docstring.
+    ``prepare``: called before the first write (and again after a failure of it), e.g. the
+    schema migration; an ``UNAVAILABLE_ERRORS`` from it means "retry later"."""
+
+    def __init__(
+        self,
+        store: AuditStore,
+        journal: Journal,
+        *,
+        batch_max: int = 500,
+        retry_min_s: float = 0.1,
+        retry_max_s: float = 5.0,
+        prepare: Callable[[], None] | None = None,
+    ) -> None:
+        if batch_max < 1 or not 0 < retry_min_s <= retry_max_s:
+            raise ValueError("need batch_max >= 1 and 0 < retry_min_s <= retry_max_s")
+        self._store = store
+        self._journal = journal
+        self._batch_max = batch_max
+        self._retry_min_s = retry_min_s
+        self._retry_max_s = retry_max_s
+        self._prepare = prepare
+        self._closing = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rejected_path = journal.directory / "rejected.jsonl"
+        self._deadline = float("inf")
+        ack, self._acked_seq = read_ack(journal.directory)
+        self._pos: Position = ack
+        self._ready = False
+        self._expected: int | None = None
+        self.written = 0
+        self.duplicates = 0
+        self.gaps = 0
+        self.rejected = 0
+        self.failed_batches = 0
+        self.refused = False
+        self.down_since: float | None = None
+        self._last_warning = -DOWN_WARNING_INTERVAL_S
+
+    @property
+    def position(self) -> Position:
+        return self._pos
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the drainer is already started")
+        self._journal.on_durable = self._wake.set
+        self._thread = threading.Thread(target=self._run, name="observer-drainer", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Call after ``Journal.close``: stores what is durable within about ``timeout_s``."""
+        self._deadline = time.monotonic() + timeout_s
+        self._closing.set()
+        self._wake.set()
+        self._journal.wake()
+        if self._thread is not None:
+            self._thread.join(timeout_s + 1.0)
+            if self._thread.is_alive():
+                log.error("drainer: still writing at close; what it has not stored stays in the journal")
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "written": self.written,
+            "duplicates": self.duplicates,
+            "gaps": self.gaps,
+            "rejected": self.rejected,
+            "failed_batches": self.failed_batches,
+            "refused": self.refused,
+            "database_down": self.down_since is not None,
+            "alive": self._thread is not None and self._thread.is_alive(),
+        }
+
+    def pending(self) -> bool:
+        """Whether the journal holds durable entries not yet stored."""
+        return self._pos < self._journal.durable() and self._has_entries(self._pos, self._journal.durable())
+
+    # ----- the thread -----
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            log.critical("drainer: thread died; records stay in the journal until the next start", exc_info=True)
+            raise
+
+    def _loop(self) -> None:
+        delay_s = 0.0
+        while True:
+            closing = self._closing.is_set()
+            if closing and time.monotonic() >= self._deadline:
+                return
+            durable = self._journal.durable()
+            if self._ready and not self._has_entries(self._pos, durable):
+                self._pos = self._skip_to(durable)
+                if closing:
+                    return
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                if not self._ready:
+                    self._bind()
+                self._drain_once(durable)
+                if self.down_since is not None:
+                    log.warning(
+                        "drainer: database available again after %.1f s; %d records stored so far",
+                        time.monotonic() - self.down_since,
+                        self.written,
+                    )
+                    self.down_since = None
+                delay_s = 0.0
+            except StoreMismatch as exc:
+                self.refused = True
+                log.critical("drainer: %s", exc)
+                return
+            except Unavailable as exc:
+                self.failed_batches += 1
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+                delay_s = min(self._retry_max_s, delay_s * 2 if delay_s else self._retry_min_s)
+                now = time.monotonic()
+                if now - self._last_warning >= DOWN_WARNING_INTERVAL_S:
+                    self._last_warning = now
+                    log.warning(
+                        "drainer: database unavailable (%s: %s); records wait in the journal (%d bytes);"
+                        " retrying every %.1f s at most",
+                        type(exc.__cause__).__name__,
+                        _cause_line(exc.__cause__),
+                        self._journal.spool_bytes(),
+                        self._retry_max_s,
+                    )
+                if closing:
+                    return
+                self._wake.wait(delay_s)
+                self._wake.clear()
+
+    def _bind(self) -> None:
+        """Prepares the database and checks that the journal belongs to it."""
+        try:
+            if self._prepare is not None:
+                self._prepare()
+            store_id = self._store.store_id()
+            max_seq = self._store.max_seq(self._journal.writer_id)
+        except UNAVAILABLE_ERRORS as exc:
+            raise Unavailable() from exc
+        own = self._journal.store_id
+        if own is not None and own != store_id:
+            if self.pending():
+                raise StoreMismatch(_mismatch(self._journal.directory, own, store_id))
+            log.warning("drainer: the journal (empty) now belongs to the store %s (was %s)", store_id, own)
+        self._journal.bind_store(store_id)
+        self._expected = max_seq + 1 if max_seq else None
+        self._ready = True
+
+    def _drain_once(self, durable: Position) -> None:
+        """Reads one batch after the position and stores it; advances and acknowledges."""
+        records, seqs, gaps, end = self._read_batch(durable)
+        if records or gaps:
+            self._write(records, seqs, gaps)
+        self._pos = end
+        last_seq = max([*seqs, *(g["seq_end"] for g in gaps)], default=self._acked_seq)
+        self._acked_seq = max(self._acked_seq, last_seq)
+        write_private(
+            self._journal.directory / "ack.json",
+            fmt.dumps({"segment": end[0], "offset": end[1], "seq": self._acked_seq}),
+        )
+        self._journal.release(end[0])
+
+    def _read_batch(self, durable: Position) -> tuple[list[Exchange], list[int], list[dict[str, Any]], Position]:
+        """Up to ``batch_max`` records (and the gaps among them) after the position, and the
+        position after the last entry read."""
+        records: list[Exchange] = []
+        seqs: list[int] = []
+        gaps: list[dict[str, Any]] = []
+        pos = self._pos
+        while len(records) < self._batch_max and pos < durable:
+            pos = self._skip_to(durable, pos)
+            seg, off = pos
+            if pos >= durable:
+                break
+            limit = durable[1] - off if seg == durable[0] else None
+            buf, final = self._read_segment(seg, off, limit)
+            if buf is None:  # the segment is gone: go on with the next one
+                pos = (seg + 1, 0)
+                continue
+            scan = fmt.read_run(buf, off, final=final)
+            if not scan.entries and scan.damage is None and not final:
+                buf, final = self._read_segment(seg, off, max(limit or 0, fmt.needed_bytes(buf)))
+                scan = fmt.read_run(buf or b"", off, final=final)
+            for e in scan.entries:
+                if e.kind is fmt.Kind.RECORD or e.kind is fmt.Kind.GAP:
+                    self._take(e, records, seqs, gaps)
+                pos = (seg, e.offset + e.size)
+                if len(records) >= self._batch_max:
+                    return records, seqs, gaps, pos
+            if scan.damage is not None:
+                # A torn end is the trace of a kill (recovery logged it); corruption is not.
+                log.log(
+                    logging.INFO if scan.damage is fmt.Damage.TORN else logging.ERROR,
+                    "journal: %s has a %s entry at offset %d; the rest of it is not read",
+                    segment_name(seg),
+                    scan.damage,
+                    scan.end,
+                )
+                pos = (seg + 1, 0)
+            elif final and seg < durable[0]:
+                pos = (seg + 1, 0)
+            elif not scan.entries:
+                break
+        return records, seqs, gaps, pos
+
+    def _take(self, e: fmt.Entry, records: list[Exchange], seqs: list[int], gaps: list[dict[str, Any]]) -> None:
+        seq = e.seq
+        if self._expected is not None and seq > self._expected:
+            missing = seq - self._expected
+            gaps.append(_gap_row(self._expected, seq - 1, None, None, missing, "journal_lost", None))
+            log.error("drainer: %d records (seq %d..%d) are missing from the journal", missing, self._expected, seq - 1)
+        if self._expected is None or seq >= self._expected:
+            self._expected = seq + 1
+        try:
+            d = e.json
+            if e.kind is fmt.Kind.GAP:
+                gaps.append(
+                    _gap_row(
+                        seq, seq, _time(d["first_at"]), _time(d["last_at"]), int(d["dropped"]), str(d["reason"]), None
+                    )
+                )
+            else:
+                records.append(Exchange.from_dict(d))
+                seqs.append(seq)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._reject(seq, None, {"journal_entry": e.body.decode("utf-8", "replace")}, exc, gaps, "unreadable")
+
+    def _write(self, records: list[Exchange], seqs: list[int], gaps: list[dict[str, Any]]) -> None:
+        writer = self._journal.writer_id
+        try:
+            self.duplicates += self._store.write_many(records, writer_id=writer, seqs=seqs, gaps=gaps)
+            self.written += len(records)
+            self.gaps += len(gaps)
+            return
+        except UNAVAILABLE_ERRORS as exc:
+            raise Unavailable() from exc
+        except Exception as exc:  # noqa: BLE001 - one of them cannot be stored: find which
+            if not records:
+                raise Unavailable() from exc
+        kept_gaps = list(gaps)
+        for record, seq in zip(records, seqs, strict=True):
+            try:
+                self.duplicates += self._store.write_many([record], writer_id=writer, seqs=[seq])
+                self.written += 1
+            except UNAVAILABLE_ERRORS as exc:
+                raise Unavailable() from exc
+            except Exception as exc:  # noqa: BLE001
+                self._reject(seq, record.id, record.to_dict(), exc, kept_gaps, "rejected")
+        try:
+            self._store.write_many([], writer_id=writer, gaps=kept_gaps)
+            self.gaps += len(kept_gaps)
+        except UNAVAILABLE_ERRORS as exc:
+            raise Unavailable() from exc
+
+    def _reject(
+        self,
+        seq: int,
+        record_id: str | None,
+        payload: dict[str, Any],
+        exc: BaseException,
+        gaps: list[dict[str, Any]],
+        reason: str,
+    ) -> None:
+        self.rejected += 1
+        detail = f"record {record_id}: {type(exc).__name__}" if record_id else f"{type(exc).__name__}"
+        gaps.append(_gap_row(seq, seq, None, None, 1, reason, detail))
+        kept = False
+        try:
+            entry = {"seq": seq, "error": type(exc).__name__, "message": str(exc)[:2000], "record": payload}
+            _append_private(self._rejected_path, fmt.dumps(entry) + b"\n")
+            kept = True
+        except (OSError, TypeError, ValueError, RecursionError):
+            pass
+        log.error(
+            "drainer: record %s (seq %d) cannot be stored (%s); %s",
+            record_id or "<unreadable journal entry>",
+            seq,
+            type(exc).__name__,
+            f"kept in {self._rejected_path}" if kept else "NOT kept",
+        )
+
+    # ----- reading the segments -----
+    def _skip_to(self, durable: Position, pos: Position | None = None) -> Position:
+        """``pos`` (default: the position) moved onto an existing segment: (n, 0) or one before
+        the oldest segment goes to the first entry of the first segment at or after it."""
+        seg, off = self._pos if pos is None else pos
+        numbers = self._journal.segment_list()
+        if seg not in numbers:
+            later = [n for n in numbers if n > seg]
+            if not later:
+                return durable if seg < durable[0] else (seg, off)
+            seg, off = later[0], 0
+        return seg, max(off, len(fmt.SEGMENT_MAGIC))
+
+    def _read_segment(self, seg: int, off: int, limit: int | None) -> tuple[bytes | None, bool]:
+        """Bytes of segment ``seg`` from ``off`` (at most ``limit``, else ``READ_BYTES``), and
+        whether they reach the file's end; ``None`` when the file is gone."""
+        path = self._journal.directory / segment_name(seg)
+        try:
+            with open(path, "rb") as f:
+                f.seek(off)
+                want = READ_BYTES if limit is None else limit
+                buf = f.read(want)
+                final = limit is None and len(buf) < want
+        except FileNotFoundError:
+            return None, True
+        return buf, final
+
+    def _has_entries(self, start: Position, durable: Position) -> bool:
+        """Whether any entry lies between ``start`` and ``durable`` (cheap: sizes only)."""
+        if start >= durable:
+            return False
+        sizes = self._journal.segment_sizes()
+        for n, size in sizes.items():
+            if n < start[0] or n > durable[0]:
+                continue
+            first = start[1] if n == start[0] else 0
+            last = durable[1] if n == durable[0] else size
+            if last > max(first, len(fmt.SEGMENT_MAGIC)):
+                return True
+        return False
+
+
+def _gap_row(
+    seq: int,
+    seq_end: int,
+    first_at: datetime | None,
+    last_at: datetime | None,
+    dropped: int | None,
+    reason: str,
+    detail: str | None,
+) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "seq_end": seq_end,
+        "first_at": first_at,
+        "last_at": last_at,
+        "dropped": dropped,
+        "reason": reason,
+        "detail": detail,
+    }
+
+
+def _time(value: Any) -> datetime | None:
+    return None if value is None else parse_rfc3339(str(value))
+
+
+def _append_private(path: Path, data: bytes) -> None:
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _cause_line(exc: BaseException | None) -> str:
+    """The first line of the driver's own message (the engine hides statement parameters)."""
+    if exc is None:
+        return ""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return lines[0][:200] if lines else ""
+
+
+__all__ = ["UNAVAILABLE_ERRORS", "Drainer", "StoreMismatch", "read_ack", "unstored_records"]

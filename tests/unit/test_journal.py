@@ -1,0 +1,320 @@
+"""The journal and its drainer: durable before the database, stored once, gaps for what is lost,
+interrupted records after a crash, files readable by the owner only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from observer.dialects.registry import default_registry
+from observer.journal import format as fmt
+from observer.journal.journal import Journal, segment_name, segment_numbers
+from observer.journal.recovery import RECOVERED, recover
+from observer.limits import Limits
+from observer.records import Block, Exchange, RequestFacts, Violation
+from observer.response import ResponseSpec
+from observer.store.drain import Drainer, read_ack, unstored_records
+from observer.store.store import AuditStore
+
+T0 = datetime(2026, 6, 1, 8, 0, 0, tzinfo=timezone.utc)
+
+
+def _records(make_exchange: Callable[..., Exchange], n: int, prefix: str = "r") -> list[Exchange]:
+    return [
+        make_exchange(
+            f"{prefix}-{i:04d}",
+            T0 + timedelta(milliseconds=i),
+            blocks=[Block(index=0, text=f"answer {i} ✓")],
+            violations=[Violation(kind="seq_gap", seq=2**53 + i, detail="gap")],
+        )
+        for i in range(n)
+    ]
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.005)
+
+
+def _stored(store: AuditStore) -> list[tuple[str, int]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, seq FROM exchanges ORDER BY seq")).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+class FlakyStore:
+    """A real store that answers "connection refused" while ``down`` is set."""
+
+    def __init__(self, store: AuditStore) -> None:
+        self.store = store
+        self.down = threading.Event()
+        self.calls = 0
+
+    def _check(self) -> None:
+        self.calls += 1
+        if self.down.is_set():
+            raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("connection refused"))
+
+    def write_many(self, records: Sequence[Exchange], **kw: Any) -> int:
+        self._check()
+        return self.store.write_many(records, **kw)
+
+    def store_id(self) -> str:
+        self._check()
+        return self.store.store_id()
+
+    def max_seq(self, writer_id: str) -> int:
+        self._check()
+        return self.store.max_seq(writer_id)
+
+
+def _pipeline(directory: Path, store: Any, **journal_kw: Any) -> tuple[Journal, Drainer]:
+    journal = Journal(directory, **journal_kw)
+    journal.open()
+    (_pos, acked) = read_ack(directory)
+    rec = recover(directory, default_registry())
+    journal.start(max(rec.max_seq, acked) + 1, rec.records)
+    drainer = Drainer(store, journal, retry_min_s=0.01, retry_max_s=0.05)
+    drainer.start()
+    return journal, drainer
+
+
+def _stop(journal: Journal, drainer: Drainer) -> None:
+    journal.close()
+    drainer.close(timeout_s=5.0)
+
+
+# ----- the format -----
+
+
+def test_entries_read_back_and_damage_is_told_apart() -> None:
+    seg = fmt.SEGMENT_MAGIC + fmt.record_entry(7, b'{"a":1}') + fmt.data_entry("x", [b"ab", 1.5, b"", 2.0])
+    scan = fmt.read_entries(seg)
+    assert scan.damage is None and scan.end == len(seg)
+    assert [e.kind for e in scan.entries] == [fmt.Kind.RECORD, fmt.Kind.DATA]
+    assert scan.entries[0].seq == 7 and scan.entries[0].json == {"a": 1}
+    assert scan.entries[1].record_id == "x" and scan.entries[1].chunks() == [b"ab", 1.5, b"", 2.0]
+    first = len(fmt.SEGMENT_MAGIC) + scan.entries[0].size
+    torn = fmt.read_entries(seg[:-3])
+    assert (torn.damage, torn.end, len(torn.entries)) == (fmt.Damage.TORN, first, 1)
+    assert fmt.read_entries(seg[:-3], final=False).damage is None
+    flipped = bytearray(seg)
+    flipped[first + fmt.HEADER.size + 3] ^= 0x01  # inside the data entry's body
+    corrupt = fmt.read_entries(bytes(flipped))
+    assert (corrupt.damage, corrupt.end, len(corrupt.entries)) == (fmt.Damage.CORRUPT, first, 1)
+    with pytest.raises(ValueError, match="magic"):
+        fmt.read_entries(b"nope" + seg)
+
+
+def test_json_that_orjson_refuses_is_journaled_losslessly() -> None:
+    value = {"s": "lone \ud800 surrogate", "n": 2**70}
+    assert fmt.loads(fmt.dumps(value)) == value
+
+
+# ----- journal -> drainer -> store -----
+
+
+def test_records_are_stored_once_in_journal_order_with_seqs(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    journal, drainer = _pipeline(tmp_path / "j", store)
+    records = _records(make_exchange, 120)
+    assert all(journal.record(r) for r in records)
+    _wait_until(lambda: drainer.written == 120)
+    _stop(journal, drainer)
+    assert _stored(store) == [(f"r-{i:04d}", i + 1) for i in range(120)]
+    with store.engine.connect() as conn:
+        assert conn.scalar(sa.text("SELECT count(DISTINCT writer_id) FROM exchanges")) == 1
+        assert conn.scalar(sa.text("SELECT writer_id FROM exchanges LIMIT 1")) == journal.writer_id
+    assert store.get("r-0007")["blocks"][0]["text"] == "answer 7 ✓"
+    assert read_ack(tmp_path / "j")[1] == 120
+    assert unstored_records(tmp_path / "j") == 0
+
+
+def test_a_lost_acknowledgement_replays_without_duplicates(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    directory = tmp_path / "j"
+    journal, drainer = _pipeline(directory, store, segment_bytes=4096)
+    for r in _records(make_exchange, 50):
+        journal.record(r)
+    _wait_until(lambda: drainer.written == 50)
+    _stop(journal, drainer)
+    (directory / "ack.json").unlink()  # as if the process died between the commit and the ack
+    journal, drainer = _pipeline(directory, store)
+    for r in _records(make_exchange, 5, prefix="s"):
+        journal.record(r)
+    _wait_until(lambda: drainer.written + drainer.duplicates >= 5)
+    _stop(journal, drainer)
+    ids = [i for i, _ in _stored(store)]
+    assert len(ids) == len(set(ids)) == 55
+    assert [s for _, s in _stored(store)] == list(range(1, 56))
+
+
+def test_a_database_outage_drops_nothing_and_keeps_order(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    flaky = FlakyStore(store)
+    flaky.down.set()
+    journal, drainer = _pipeline(tmp_path / "j", flaky)
+    records = _records(make_exchange, 300)
+    for r in records:
+        assert journal.record(r)
+    _wait_until(lambda: journal.journaled == 300)
+    _wait_until(lambda: drainer.failed_batches >= 3)
+    assert journal.stats()["queued"] == 0  # the journal on disk holds them, not memory
+    assert _stored(store) == []
+    flaky.down.clear()
+    _wait_until(lambda: drainer.written == 300)
+    _stop(journal, drainer)
+    assert [i for i, _ in _stored(store)] == [r.id for r in records]
+    assert store.gaps() == []
+
+
+def test_a_full_spool_drops_newest_into_one_gap_then_recovers(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    flaky = FlakyStore(store)
+    flaky.down.set()
+    journal, drainer = _pipeline(tmp_path / "j", flaky, max_bytes=20_000, segment_bytes=4096)
+    records = _records(make_exchange, 200)
+    for r in records:
+        journal.record(r)
+        time.sleep(0.0005)
+    _wait_until(lambda: journal.journaled + journal.dropped == 200)
+    kept, dropped = journal.journaled, journal.dropped
+    assert kept > 0 and dropped > 0
+    assert not journal.accepting
+    assert journal.spool_bytes() < 20_000 + 4096 + 1024  # the bound, one segment's overshoot at most
+    flaky.down.clear()
+    _wait_until(lambda: drainer.written == kept and journal.accepting)  # stored, segments deleted
+    journal.record(make_exchange("after", T0))  # room again: accepted, and the gap is written
+    _wait_until(lambda: store.get("after") is not None and len(store.gaps()) == 1)
+    _stop(journal, drainer)
+    (gap,) = store.gaps()
+    assert (gap["reason"], gap["dropped"], gap["seq"], gap["seq_end"]) == ("spool_full", dropped, kept + 1, kept + 1)
+    assert gap["first_at"] <= gap["last_at"]
+    stored = _stored(store)
+    assert [i for i, _ in stored[:kept]] == [r.id for r in records[:kept]]  # drop newest: the oldest are kept
+    assert stored[-1] == ("after", kept + 2)
+
+
+def test_the_queue_bound_drops_into_a_queue_full_gap(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    journal = Journal(tmp_path / "j", queue_max=3)
+    journal.open()  # not started: nothing takes from the queue
+    results = [journal.record(r) for r in _records(make_exchange, 5)]
+    assert results == [True, True, True, False, False]
+    journal.start(1)
+    drainer = Drainer(store, journal)
+    drainer.start()
+    _wait_until(lambda: drainer.written == 3 and drainer.gaps == 1)
+    _stop(journal, drainer)
+    (gap,) = store.gaps()
+    assert (gap["reason"], gap["dropped"], gap["seq"]) == ("queue_full", 2, 4)
+
+
+def test_an_open_exchange_at_a_crash_becomes_an_interrupted_record(tmp_path: Path, store: AuditStore) -> None:
+    """Written as the journal writes it, never closed (kill -9): recovery parses the journaled
+    bytes with the live parser; one exchange had its stream end, one had not."""
+    directory = tmp_path / "j"
+    directory.mkdir(mode=0o700)
+    spec = ResponseSpec(
+        dialect="openai.chat", status_code=200, content_type="text/event-stream", started_at_s=1000.0, limits=Limits()
+    )
+    chunk = b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-x","choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
+    chunk2 = b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-x","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    entries = []
+    for rid in ("open-1", "done-1"):
+        ex = Exchange(
+            id=rid,
+            dialect="openai.chat",
+            host="api.openai.com",
+            path="/v1/chat/completions",
+            method="POST",
+            http_version="HTTP/1.1",
+            started_at=datetime.fromtimestamp(1000.0, timezone.utc),
+            status_code=200,
+            outcome="completed",
+            request=RequestFacts(model="gpt-x", stream=True),
+        )
+        entries.append(fmt.open_entry(rid, ex.to_dict(), spec.to_dict(), []))
+        entries.append(fmt.data_entry(rid, [chunk, 1000.5]))
+    entries.append(fmt.data_entry("done-1", [chunk2, 1001.0]))
+    (directory / segment_name(1)).write_bytes(fmt.SEGMENT_MAGIC + b"".join(entries) + b"\x07\x00")  # torn tail
+    journal, drainer = _pipeline(directory, store)
+    _wait_until(lambda: drainer.written == 2)
+    _stop(journal, drainer)
+    cut = store.get("open-1")
+    assert (cut["outcome"], cut["text"], cut["transport_error"]) == ("interrupted", "Hel", RECOVERED)
+    assert cut["ended_at"] == "1970-01-01T00:16:40.500000Z"
+    assert cut["request"]["model"] == "gpt-x"
+    done = store.get("done-1")
+    assert (done["outcome"], done["text"], done["stop_reason_raw"]) == ("completed", "Hello", "stop")
+    # Recovered once: a second start finds nothing open.
+    assert recover(directory, default_registry()).records == []
+
+
+def test_a_journal_of_another_store_is_refused_while_it_holds_records(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange], caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "j"
+    flaky = FlakyStore(store)
+    flaky.down.set()
+    journal, drainer = _pipeline(directory, flaky)
+    journal.record(make_exchange("kept", T0))
+    _wait_until(lambda: journal.journaled == 1)
+    _stop(journal, drainer)
+    identity = directory / "identity.json"
+    identity.write_bytes(fmt.dumps({"writer_id": journal.writer_id, "store_id": "another-store"}))
+    with caplog.at_level(logging.CRITICAL, logger="observer.store"):
+        journal, drainer = _pipeline(directory, store)
+        _wait_until(lambda: drainer.refused)
+    _stop(journal, drainer)
+    assert "holds records of the store another-store" in caplog.text
+    assert _stored(store) == []
+    assert unstored_records(directory) == 1  # still there, for the store it belongs to
+
+
+def test_files_are_readable_by_the_owner_only(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    directory = tmp_path / "j"
+    old = os.umask(0o022)
+    try:
+        journal, drainer = _pipeline(directory, store)
+        journal.record(make_exchange("x", T0))
+        _wait_until(lambda: drainer.written == 1)
+        _stop(journal, drainer)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    names = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+    assert set(names) >= {"identity.json", "ack.json", "lock", segment_name(segment_numbers(directory)[-1])}
+    assert all(mode == 0o600 for mode in names.values()), names
+
+
+def test_a_second_process_cannot_share_a_journal(tmp_path: Path) -> None:
+    from observer.errors import ConfigError
+
+    first = Journal(tmp_path / "j")
+    first.open()
+    try:
+        with pytest.raises(ConfigError, match="in use by another observer process"):
+            Journal(tmp_path / "j").open()
+    finally:
+        first.close()
