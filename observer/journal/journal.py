@@ -72,6 +72,7 @@ FLOW_DATA_MAX = 16 << 20
 DATA_QUEUE_MAX = 64 << 20
 ROUND_ITEMS_MAX = 4096
 GAP_FLUSH_S = 10.0
+GAP_SETTLE_S = 0.1  # seconds without new drops before a pending gap is written
 DROP_WARNING_INTERVAL_S = 10.0
 
 _STOP: Any = ("stop",)
@@ -125,6 +126,23 @@ class _Live:
     locs: list[tuple[int, int]] = field(default_factory=list)
     data_bytes: int = 0
     cut: bool = False
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One write: its entries (``parts``), what each did (``effects``: kind, record id, what
+    undoing needs), the segment size it started at and reaches, the next seq after it, and its
+    record count."""
+
+    start: int
+    seq: int
+    size: int = 0
+    records: int = 0
+    parts: list[bytes] = field(default_factory=list)
+    effects: list[tuple] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.size = self.start
 
 
 @dataclass(slots=True)
@@ -398,7 +416,10 @@ class Journal:
     def _run(self) -> None:
         try:
             while True:
-                items = [self._queue.get()]
+                try:
+                    items = [self._queue.get(timeout=self._gap_wait())]
+                except queue.Empty:  # a pending gap is due
+                    items = []
                 while len(items) < ROUND_ITEMS_MAX:
                     try:
                         items.append(self._queue.get_nowait())
@@ -420,99 +441,125 @@ class Journal:
 
     def _round(self, items: list, *, final: bool) -> None:
         """Encodes, writes and fsyncs one round of queued items (rolling to a new segment when
-        one is full); effects apply once durable, or the round's records become a gap."""
+        one is full). The open-exchange table follows each entry as it is encoded; a failed
+        write undoes what it did (``_undo``) and the round's records become a gap."""
         now = self._clock()
         self.rounds += 1
-        with self._drop_lock:
-            loop_drops, self._loop_drops = self._loop_drops, None
-        if loop_drops is not None:
-            self._add_gap("queue_full", loop_drops.count, loop_drops.first_s, loop_drops.last_s)
         blocked = now < self._blocked_until
+        batch = _Batch(self._size, self._next_seq)
         with self._cond:
-            base = sum(self._sizes.values()) - self._size  # other segments
-        parts: list[bytes] = []
-        effects: list[tuple] = []  # (kind, record_id, (offset, size), data bytes)
-        records = 0
-        size = self._size
-        seq = self._next_seq
-        if not blocked and self._cut_pending:
-            for rid in sorted(self._cut_pending):
-                if rid in self._live:
-                    body = fmt.cut_entry(rid)
-                    effects.append(("C", rid, (size, len(body)), 0))
-                    parts.append(body)
-                    size += len(body)
-            self._cut_pending.clear()
-        if not blocked and self._forget_pending:
+            base = sum(self._sizes.values()) - self._size  # the other segments
+        if not blocked:
             for rid in sorted(self._forget_pending):
-                body = fmt.forget_entry(rid)
-                effects.append(("F", rid, (size, len(body)), 0))
-                parts.append(body)
-                size += len(body)
+                self._add(batch, fmt.forget_entry(rid), "F", rid, None)
             self._forget_pending.clear()
+            for rid in sorted(self._cut_pending):
+                live = self._live.get(rid)
+                if live is not None and not live.cut:
+                    live.cut = True
+                    self._add(batch, fmt.cut_entry(rid), "C", rid, live)
+            self._cut_pending.clear()
+            if self._gaps_due(now, final, base + batch.size >= self.max_bytes):
+                self._add_gaps(batch)
         for item in items:
-            tag = item[0]
-            if tag == "D":
+            if item[0] == "D":
                 self._data_out += item[3]
-            full = blocked or base + size >= self.max_bytes
-            encoded = self._encode(item, full, blocked, now, seq)
+            full = blocked or base + batch.size >= self.max_bytes
+            encoded = self._encode(item, full, blocked, now, batch.seq)
             if encoded is None:
                 continue
-            body, kind, rid, nbytes = encoded
-            if size + len(body) > self._segment_bytes and size > len(fmt.SEGMENT_MAGIC):
-                if not self._commit(parts, size, seq, effects, records, now):
+            body, kind, rid = encoded
+            if batch.size + len(body) > self._segment_bytes and batch.size > len(fmt.SEGMENT_MAGIC):
+                if not self._commit(batch, now):
                     blocked = True
-                    parts, effects, records, size, seq = [], [], 0, self._size, self._next_seq
-                    if kind == "R":
-                        self._drop("disk_error", now, rid, True)
+                    batch = _Batch(self._size, self._next_seq)
+                    self._undo_one(kind, rid, now)
                     continue
                 self._roll()
                 with self._cond:
                     base = sum(self._sizes.values()) - self._size
-                parts, effects, records, size = [], [], 0, self._size
-            effects.append((kind, rid, (size, len(body)), nbytes))
-            if kind == "R":
-                records += 1
-                seq += 1
-            parts.append(body)
-            size += len(body)
-        saved_gaps = dict(self._gaps)
-        gaps = self._due_gaps(now, final, seq, blocked or base + size >= self.max_bytes)
-        for body in gaps:
-            parts.append(body)
-            size += len(body)
-            seq += 1
-        if parts and not self._commit(parts, size, seq, effects, records, now):
+                batch = _Batch(self._size, self._next_seq)
+            self._add(batch, body, kind, rid, self._live_effect(kind, rid, body, item, batch.size))
+        # Records the loop dropped were submitted after those queued before them: their gap
+        # follows this round's records.
+        with self._drop_lock:
+            loop_drops, self._loop_drops = self._loop_drops, None
+        if loop_drops is not None:
+            self._add_gap("queue_full", loop_drops.count, loop_drops.first_s, loop_drops.last_s)
+        dropping = loop_drops is not None or base + batch.size >= self.max_bytes
+        if not blocked and self._gaps_due(now, final, dropping):
+            self._add_gaps(batch)
+        if batch.parts and not self._commit(batch, now):
             blocked = True
-            self.gaps_written -= len(gaps)
-            for reason, gap in saved_gaps.items() if gaps else ():
-                self._add_gap(reason, gap.count, gap.first_s, gap.last_s)
         self._full = blocked or base + self._size >= self.max_bytes
 
+    def _add(self, batch: _Batch, body: bytes, kind: str, rid: str | None, undo: Any) -> None:
+        batch.effects.append((kind, rid, undo))
+        batch.parts.append(body)
+        batch.size += len(body)
+        if kind in ("R", "G"):
+            batch.seq += 1
+            batch.records += kind == "R"
+
+    def _add_gaps(self, batch: _Batch) -> None:
+        for reason, gap in sorted(self._gaps.items()):
+            body = fmt.gap_entry(
+                batch.seq,
+                {
+                    "first_at": _now_rfc3339(gap.first_s),
+                    "last_at": _now_rfc3339(gap.last_s),
+                    "dropped": gap.count,
+                    "reason": reason,
+                },
+            )
+            self._add(batch, body, "G", None, (reason, gap))
+            log.warning("journal: gap recorded: %d records dropped (%s)", gap.count, reason)
+        self._gaps = {}
+        self._last_gap_flush = self._clock()
+
+    def _live_effect(self, kind: str, rid: str, body: bytes, item: tuple, offset: int) -> Any:
+        """Applies one entry to the open-exchange table at once; returns what ``_undo`` needs."""
+        loc = (offset, len(body))
+        if kind == "O":
+            self._live[rid] = _Live([loc])
+            return None
+        live = self._live.get(rid)
+        if kind == "D":
+            assert live is not None
+            live.locs.append(loc)
+            live.data_bytes += item[3]
+            return item[3]
+        if kind == "C":
+            assert live is not None
+            live.locs.append(loc)
+            live.cut = True
+            return None
+        return self._live.pop(rid, None)  # R, F: no longer open
+
     def _encode(self, item: tuple, full: bool, blocked: bool, now: float, seq: int) -> tuple | None:
-        """The entry of one queued item: ``(body, kind, record_id, data bytes)``, or ``None``
-        when nothing is written for it (full: its record is counted in a gap)."""
+        """The entry of one queued item: ``(body, kind, record_id)``, or ``None`` when nothing
+        is written for it (full: its record is counted in a gap)."""
         tag = item[0]
         if tag == "O":
-            return None if full else (fmt.open_entry(item[1], item[2], item[3], item[4]), "O", item[1], 0)
+            return None if full else (fmt.open_entry(item[1], item[2], item[3], item[4]), "O", item[1])
         if tag in ("D", "C"):
             rid = item[1]
             live = self._live.get(rid)
             if live is None or live.cut or rid in self._cut_pending:
                 return None
             if tag == "D" and not full and live.data_bytes + item[3] <= self._flow_data_max:
-                return fmt.data_entry(rid, item[2]), "D", rid, item[3]
+                return fmt.data_entry(rid, item[2]), "D", rid
             if blocked:
                 self._cut_pending.add(rid)
                 return None
-            return fmt.cut_entry(rid), "C", rid, 0
+            return fmt.cut_entry(rid), "C", rid
         if tag == "F":
-            return (fmt.forget_entry(item[1]), "F", item[1], 0) if item[1] in self._live else None
+            return (fmt.forget_entry(item[1]), "F", item[1]) if item[1] in self._live else None
         if tag == "R":
             record: Exchange = item[1]
             if full:
                 return self._drop("disk_error" if blocked else "spool_full", now, record.id, blocked)
-            return fmt.record_entry(seq, fmt.dumps(record.to_dict())), "R", record.id, 0
+            return fmt.record_entry(seq, fmt.dumps(record.to_dict())), "R", record.id
         return None  # stop, wake
 
     def _drop(self, reason: str, now: float, record_id: str, blocked: bool) -> tuple | None:
@@ -527,14 +574,46 @@ class Journal:
             del self._live[record_id]
             self._forget_pending.add(record_id)
             return None
-        return fmt.forget_entry(record_id), "F", record_id, 0
+        return fmt.forget_entry(record_id), "F", record_id
 
-    def _commit(self, parts: list[bytes], size: int, seq: int, effects: list[tuple], records: int, now: float) -> bool:
-        """Writes and fsyncs ``parts``; on success applies ``effects`` and publishes the durable
-        end; on failure cuts the segment back, drops the records into a ``disk_error`` gap and
-        blocks the journal for ``retry_s``."""
+    def _undo_one(self, kind: str, rid: str, now: float) -> None:
+        """An item encoded while the write before it failed (its entry is never written)."""
+        if kind == "R":
+            self._drop("disk_error", now, rid, True)
+        elif kind == "D" and rid in self._live:
+            self._cut_pending.add(rid)
+
+    def _undo(self, batch: _Batch, now: float) -> None:
+        """Takes back what a failed write's entries did to the tables, newest first: opens
+        forgotten, data turned into a pending CUT, records into a ``disk_error`` gap (with a
+        pending FORGET when their open entry is on disk), gaps put back."""
+        for kind, rid, undo in reversed(batch.effects):
+            if kind == "O":
+                self._live.pop(rid, None)
+            elif kind in ("D", "C"):
+                live = self._live.get(rid)
+                if live is not None:
+                    live.locs.pop()
+                    if kind == "D":
+                        live.data_bytes -= undo
+                    else:
+                        live.cut = False
+                    self._cut_pending.add(rid)
+            elif kind in ("R", "F"):
+                if kind == "R":
+                    self.dropped += 1
+                    self._add_gap("disk_error", 1, now, now)
+                if undo is not None and undo.locs and undo.locs[0][0] < batch.start:
+                    self._forget_pending.add(rid)  # its open entry was durable before this write
+            else:  # G
+                reason, gap = undo
+                self._add_gap(reason, gap.count, gap.first_s, gap.last_s)
+
+    def _commit(self, batch: _Batch, now: float) -> bool:
+        """Writes and fsyncs ``batch``; on success publishes the durable end; on failure cuts
+        the segment back, undoes the batch (``_undo``) and blocks the journal for ``retry_s``."""
         try:
-            view = memoryview(b"".join(parts))
+            view = memoryview(b"".join(batch.parts))
             while view:
                 view = view[os.write(self._fd, view) :]
             os.fdatasync(self._fd)
@@ -544,44 +623,22 @@ class Journal:
                 os.ftruncate(self._fd, self._size)
                 os.fdatasync(self._fd)
             self._blocked_until = now + self._retry_s
-            if records:
-                self.dropped += records
-                self._add_gap("disk_error", records, now, now)
-            for kind, rid, _loc, _n in effects:
-                if kind in ("D", "C") and rid in self._live:
-                    self._cut_pending.add(rid)  # its CUT entry is written when the disk works again
-                elif kind == "R" and rid in self._live:
-                    self._live.pop(rid, None)  # its record is in the gap; recovery must not revive it
-                    self._forget_pending.add(rid)
+            self._undo(batch, now)
             log.error(
-                "journal: cannot write %s (%s); %d records dropped, retrying in %.0f s",
+                "journal: cannot write %s (%s); %d records dropped, retrying in %.1f s",
                 self._segment_path(self._current),
                 errno.errorcode.get(exc.errno or 0, str(exc)),
-                records,
+                batch.records,
                 self._retry_s,
             )
             return False
-        self._size = size
-        self._next_seq = seq
-        for kind, rid, loc, nbytes in effects:
-            if kind == "O":
-                self._live[rid] = _Live([loc])
-                continue
-            live = self._live.get(rid)
-            if live is None:
-                continue
-            if kind == "D":
-                live.locs.append(loc)
-                live.data_bytes += nbytes
-            elif kind == "C":
-                live.locs.append(loc)
-                live.cut = True
-            else:  # R, F: the exchange is no longer open
-                del self._live[rid]
-        self.journaled += records
+        self._size = batch.size
+        self._next_seq = batch.seq
+        self.journaled += batch.records
+        self.gaps_written += sum(1 for e in batch.effects if e[0] == "G")
         with self._cond:
-            self._sizes[self._current] = size
-            self._durable = (self._current, size)
+            self._sizes[self._current] = batch.size
+            self._durable = (self._current, batch.size)
             self._cond.notify_all()
         if self.on_durable is not None:
             self.on_durable()
@@ -596,32 +653,22 @@ class Journal:
             log.warning("journal: recording is dropping records (%s)", reason)
         else:
             gap.count += count
+            gap.first_s = min(gap.first_s, first_s)
             gap.last_s = max(gap.last_s, last_s)
 
-    def _due_gaps(self, now: float, final: bool, seq: int, dropping: bool) -> list[bytes]:
-        """The ``GAP`` entries to write now (numbered from ``seq``): when dropping stopped,
-        every ``gap_flush_s`` while it lasts, and at close."""
-        if not self._gaps or not (final or not dropping or now - self._last_gap_flush >= self._gap_flush_s):
-            return []
-        parts = []
-        for reason, gap in sorted(self._gaps.items()):
-            parts.append(
-                fmt.gap_entry(
-                    seq,
-                    {
-                        "first_at": _now_rfc3339(gap.first_s),
-                        "last_at": _now_rfc3339(gap.last_s),
-                        "dropped": gap.count,
-                        "reason": reason,
-                    },
-                )
-            )
-            log.warning("journal: gap recorded: %d records dropped (%s)", gap.count, reason)
-            seq += 1
-            self.gaps_written += 1
-        self._gaps = {}
-        self._last_gap_flush = now
-        return parts
+    def _gap_wait(self) -> float | None:
+        """How long the thread may wait for the next item: without end, unless a gap is
+        pending (then until it is due: soon once dropping stopped, else at ``gap_flush_s``)."""
+        if not self._gaps:
+            return None
+        if not self._full:
+            return GAP_SETTLE_S
+        return max(GAP_SETTLE_S, self._last_gap_flush + self._gap_flush_s - self._clock())
+
+    def _gaps_due(self, now: float, final: bool, dropping: bool) -> bool:
+        """Whether the pending gaps are written now: when dropping stopped, every
+        ``gap_flush_s`` while it lasts, and at close."""
+        return bool(self._gaps) and (final or not dropping or now - self._last_gap_flush >= self._gap_flush_s)
 
     def _segment_path(self, number: int) -> Path:
         return self.directory / segment_name(number)

@@ -318,3 +318,219 @@ def test_a_second_process_cannot_share_a_journal(tmp_path: Path) -> None:
             Journal(tmp_path / "j").open()
     finally:
         first.close()
+
+
+# ----- open exchanges across segments, caps, failures -----
+
+OPENAI_SPEC = ResponseSpec(
+    dialect="openai.chat", status_code=200, content_type="text/event-stream", started_at_s=1000.0, limits=Limits()
+)
+
+
+def _chunk(text: str) -> bytes:
+    return (
+        b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-x","choices":[{"index":0,"delta":{"content":"'
+        + text.encode()
+        + b'"}}]}\n\n'
+    )
+
+
+def _skeleton(rid: str) -> dict[str, Any]:
+    return Exchange(
+        id=rid,
+        dialect="openai.chat",
+        host="api.openai.com",
+        path="/v1/chat/completions",
+        method="POST",
+        http_version="HTTP/1.1",
+        started_at=datetime.fromtimestamp(1000.0, timezone.utc),
+        status_code=200,
+        outcome="completed",
+    ).to_dict()
+
+
+def test_an_open_exchange_survives_segment_rolls_and_deletions(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Its entries are carried into each new segment, so the segments deleted behind it (their
+    records stored) take nothing recovery needs. Recovery runs on the folder of a journal that is
+    still running, as after a kill."""
+    directory = tmp_path / "j"
+    journal, drainer = _pipeline(directory, store, segment_bytes=2048)
+    journal.open_exchange("long-1", _skeleton("long-1"), OPENAI_SPEC.to_dict(), [])
+    journal.data("long-1", [_chunk("one "), 1000.1], 0)
+    for i, r in enumerate(_records(make_exchange, 40)):
+        journal.record(r)
+        if i == 20:
+            journal.data("long-1", [_chunk("two"), 1000.2], 0)
+    _wait_until(lambda: drainer.written == 40)
+    _wait_until(lambda: segment_numbers(directory)[0] > 2)  # the first segments are gone
+    (rebuilt,) = recover(directory, default_registry()).records
+    _stop(journal, drainer)
+    assert (rebuilt.id, rebuilt.text, rebuilt.outcome) == ("long-1", "one two", "interrupted")
+
+
+def test_bytes_past_the_per_exchange_cap_are_cut_and_recovery_says_so(tmp_path: Path) -> None:
+    directory = tmp_path / "j"
+    journal = Journal(directory, flow_data_max=200)
+    journal.open()
+    journal.start(1)
+    journal.open_exchange("big", _skeleton("big"), OPENAI_SPEC.to_dict(), [])
+    first, second = _chunk("kept"), _chunk("lost")
+    assert len(first) < 200 < len(first) + len(second)
+    journal.data("big", [first, 1000.1], len(first))
+    journal.data("big", [second, 1000.2], len(second))
+    journal.close()
+    (rebuilt,) = recover(directory, default_registry()).records
+    assert rebuilt.text == "kept"
+    assert ("observer_error", "recovery: response bytes after those kept were not in the journal") in [
+        (v.kind, v.detail) for v in rebuilt.violations
+    ]
+
+
+def test_a_record_dropped_for_a_full_spool_is_not_revived_by_recovery(tmp_path: Path) -> None:
+    """Its open entry is on disk, its record was dropped into a gap: a FORGET entry tells
+    recovery so (else the exchange would be counted twice: in the gap and as interrupted)."""
+    directory = tmp_path / "j"
+    journal = Journal(directory, max_bytes=600)
+    journal.open()
+    journal.start(1)
+    journal.open_exchange("x1", _skeleton("x1"), OPENAI_SPEC.to_dict(), [])
+    journal.data("x1", [b"y" * 600, 1000.1], 600)  # fills the spool
+    _wait_until(lambda: not journal.accepting)
+    record = Exchange.from_dict(_skeleton("x1"))
+    journal.record(record)
+    journal.close()
+    assert journal.dropped == 1
+    result = recover(directory, default_registry())
+    assert result.records == []
+    gaps = [
+        e
+        for n in segment_numbers(directory)
+        for e in fmt.read_entries((directory / segment_name(n)).read_bytes()).entries
+        if e.kind is fmt.Kind.GAP
+    ]
+    assert [(g.json["reason"], g.json["dropped"]) for g in gaps] == [("spool_full", 1)]
+
+
+def test_a_failing_disk_drops_into_a_disk_error_gap_and_recovers(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    failing = threading.Event()
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if failing.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    journal, drainer = _pipeline(tmp_path / "j", store, retry_s=0.2)
+    journal.record(make_exchange("before", T0))
+    _wait_until(lambda: journal.journaled == 1)
+    failing.set()
+    assert journal.record(make_exchange("lost-1", T0))  # queued; the write fails
+    _wait_until(lambda: journal.disk_errors >= 1)
+    assert not journal.accepting
+    journal.record(make_exchange("lost-2", T0))  # while blocked: not written at all
+    _wait_until(lambda: journal.dropped == 2)
+    failing.clear()
+    time.sleep(0.25)  # the retry time passes
+    journal.record(make_exchange("after", T0))
+    _wait_until(lambda: store.get("after") is not None and len(store.gaps()) == 1)
+    _stop(journal, drainer)
+    (gap,) = store.gaps()
+    assert (gap["reason"], gap["dropped"]) == ("disk_error", 2)
+    assert [i for i, _ in _stored(store)] == ["before", "after"]
+    assert [s for _, s in _stored(store)] == [1, 3] and gap["seq"] == 2  # the gap first: no hole, in order
+
+
+def test_a_record_the_database_refuses_leaves_a_rejected_gap_and_a_copy(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    class Refusing(FlakyStore):
+        def write_many(self, records: Sequence[Exchange], **kw: Any) -> int:
+            if any(r.id == "poison" for r in records):
+                raise sa.exc.DataError("INSERT", {}, ValueError("value out of range"))
+            return self.store.write_many(records, **kw)
+
+    directory = tmp_path / "j"
+    journal, drainer = _pipeline(directory, Refusing(store))
+    for rid in ("a", "poison", "b"):
+        journal.record(make_exchange(rid, T0))
+    _wait_until(lambda: drainer.written == 2 and drainer.rejected == 1)
+    _stop(journal, drainer)
+    assert _stored(store) == [("a", 1), ("b", 3)]
+    (gap,) = store.gaps()
+    assert (gap["seq"], gap["reason"], gap["dropped"], gap["detail"]) == (2, "rejected", 1, "record poison: DataError")
+    kept = [fmt.loads(line) for line in (directory / "rejected.jsonl").read_bytes().splitlines()]
+    assert [(k["seq"], k["record"]["id"], k["error"]) for k in kept] == [(2, "poison", "DataError")]
+
+
+def test_seqs_missing_from_the_journal_are_recorded_as_lost(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    """A segment deleted behind the observer's back: the drainer finds the hole in the numbering
+    against what the store already holds of this writer."""
+    directory = tmp_path / "j"
+    flaky = FlakyStore(store)
+    journal, drainer = _pipeline(directory, flaky, segment_bytes=1024)
+    journal.record(make_exchange("first", T0))
+    _wait_until(lambda: drainer.written == 1)
+    flaky.down.set()
+    for r in _records(make_exchange, 12):
+        journal.record(r)
+    _wait_until(lambda: journal.journaled == 13)
+    _stop(journal, drainer)
+
+    def seqs(n: int) -> list[int]:
+        entries = fmt.read_entries((directory / segment_name(n)).read_bytes()).entries
+        return [e.seq for e in entries if e.kind is fmt.Kind.RECORD]
+
+    victim = next(n for n in segment_numbers(directory) if 5 in seqs(n))  # not yet stored
+    lost = seqs(victim)
+    (directory / segment_name(victim)).unlink()
+    flaky.down.clear()
+    journal, drainer = _pipeline(directory, flaky)
+    _wait_until(lambda: drainer.written == 12 - len(lost) and drainer.gaps == 1)  # "first" was stored before
+    _stop(journal, drainer)
+    (gap,) = store.gaps()
+    assert (gap["reason"], gap["seq"], gap["seq_end"], gap["dropped"]) == ("journal_lost", lost[0], lost[-1], len(lost))
+    assert len(_stored(store)) == 13 - len(lost)
+
+
+def test_check_journal_store_names_the_mismatch(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    from observer.store.drain import StoreMismatch, check_journal_store
+
+    directory = tmp_path / "j"
+    check_journal_store(directory, store)  # no journal yet: nothing to check
+    flaky = FlakyStore(store)
+    journal, drainer = _pipeline(directory, flaky)
+    _wait_until(lambda: journal.store_id is not None)  # bound to this store
+    flaky.down.set()
+    journal.record(make_exchange("waiting", T0))
+    _wait_until(lambda: journal.journaled == 1)
+    _stop(journal, drainer)
+    check_journal_store(directory, store)  # its own store: fine
+    other = AuditStore(f"sqlite:///{tmp_path / 'other.db'}")
+    from observer.store.migrate import upgrade
+
+    upgrade(f"sqlite:///{tmp_path / 'other.db'}")
+    with pytest.raises(StoreMismatch, match=r"holds records of the store .* and this database is the store"):
+        check_journal_store(directory, other)
+    other.dispose()
+
+
+def test_a_legacy_spool_is_imported_once(tmp_path: Path, make_exchange: Callable[..., Exchange]) -> None:
+    from observer.capture.hooks import _legacy_spool
+
+    spool = tmp_path / "spool.jsonl"
+    spool.write_bytes(fmt.dumps(make_exchange("old-1", T0).to_dict()) + b"\n{torn\n")
+    (record,) = _legacy_spool(spool)
+    assert record.id == "old-1"
+    assert not spool.exists() and (tmp_path / "spool.jsonl.imported").exists()
+    assert _legacy_spool(spool) == []
