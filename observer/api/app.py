@@ -1,7 +1,7 @@
 """The query API's app factory: ``create_app(store, token)``.
 
 No module-level engine or settings: the caller (``observer api``, tests) builds the store and
-passes it in. Every route under ``/v1`` requires the bearer token; ``/healthz``, ``/docs`` and
+passes it in. Every route under ``/v1`` requires the bearer token; ``/healthz``, ``/readyz``, ``/docs`` and
 ``/openapi.json`` do not. Every error, including FastAPI's own 404/405/422, has the one shape
 ``{"error": {"code": ..., "message": ...}}``.
 """
@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from observer import __version__
 from observer.api.auth import require_token
 from observer.api.routers import exchanges
-from observer.api.schemas import ErrorResponse, Health
+from observer.api.schemas import ErrorResponse, Health, Readiness
 from observer.errors import ConfigError
 from observer.store.store import AuditStore, InvalidCursor
 
@@ -69,6 +69,24 @@ def create_app(store: AuditStore, token: str) -> FastAPI:
     def healthz() -> dict[str, str]:
         """``{"status": "ok"}`` while the API process serves requests (no database check)."""
         return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        tags=["health"],
+        summary="Readiness (no auth): is the database answering?",
+        responses={503: {"model": Readiness, "description": "The database does not answer"}},
+    )
+    def readyz() -> JSONResponse:
+        """``{"status": "ready", "database": "ok"}`` when the store answers ``SELECT 1``; else
+        503 with ``"status": "not_ready"``, ``"database": "unreachable"``: queries cannot be
+        served, and the proxy keeps recording to its journal (stored when the database answers)."""
+        try:
+            store.ping()
+        except sa_exc.SQLAlchemyError:
+            body = {"status": "not_ready", "database": "unreachable"}
+            return JSONResponse(body, status_code=503)
+        return JSONResponse({"status": "ready", "database": "ok"})
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=_ERROR_RESPONSES)
     v1.include_router(exchanges.router)

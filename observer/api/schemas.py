@@ -40,6 +40,11 @@ class Health(_Schema):
     status: str = Field(examples=["ok"])
 
 
+class Readiness(_Schema):
+    status: str = Field(examples=["ready"], description="ready, or not_ready")
+    database: str = Field(examples=["ok"], description="ok, or unreachable")
+
+
 class UsageOut(_Schema):
     input_tokens: int | None = Field(description="gen_ai.usage.input_tokens; null when not reported")
     output_tokens: int | None = Field(description="gen_ai.usage.output_tokens; null when not reported")

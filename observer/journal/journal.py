@@ -7,7 +7,7 @@ queued meanwhile (group commit), then publishes the durable end for the database
 ``observer.journal.format``; the folder holds:
 
 - ``seg-NNNNNNNNNN.log``: the segments, appended in order; a start begins a new one, and so does
-  a segment reaching ``segment_bytes``;
+  a segment reaching ``segment_bytes`` (at most a quarter of ``max_bytes``);
 - ``identity.json``: this writer's id (``writer_id``, made on first use) and the id of the store
   its records belong to (``store_id``, set by the drainer);
 - ``ack.json``: how far the drainer has stored (segment, offset); segments before it are deleted;
@@ -21,7 +21,8 @@ What is journaled, and when:
 
 - ``open``: when a response's headers arrive, its record skeleton and parse spec;
 - ``data``: its response bytes, each time the tap hands a batch over (``tap_batch_ms``); at most
-  ``flow_data_max`` bytes per exchange (then a ``CUT`` entry says the rest is missing);
+  ``flow_data_max`` bytes per exchange (at most a sixteenth of ``max_bytes``; then a ``CUT``
+  entry says the rest is missing);
 - ``record``: the finished record, numbered ``seq`` (1, 2, ... per writer, no holes).
 
 After ``kill -9`` of the proxy everything handed to the journal thread is on disk within one
@@ -64,6 +65,7 @@ from typing import Any
 from observer.errors import ConfigError
 from observer.journal import format as fmt
 from observer.records import Exchange
+from observer.response import ResponseSpec
 
 log = logging.getLogger("observer.journal")
 
@@ -174,8 +176,10 @@ class Journal:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self._queue_max = queue_max
-        self._segment_bytes = segment_bytes
-        self._flow_data_max = flow_data_max
+        # The current segment cannot be deleted and open exchanges are carried into each new
+        # one: both must stay well inside the bound, or a small bound would be full for good.
+        self._segment_bytes = min(segment_bytes, max(4096, max_bytes // 4))
+        self._flow_data_max = min(flow_data_max, max(1024, max_bytes // 16))
         self._data_queue_max = data_queue_max
         self._retry_s = retry_s
         self._gap_flush_s = gap_flush_s
@@ -278,9 +282,11 @@ class Journal:
         self._thread.start()
 
     # ----- event-loop side (never blocks, never raises) -----
-    def open_exchange(self, record_id: str, exchange: dict[str, Any], spec: dict[str, Any], violations: list) -> None:
-        """An exchange whose response headers arrived (dicts made by the caller: JSON-ready)."""
-        self._queue.put_nowait(("O", record_id, exchange, spec, violations))
+    def open_exchange(self, record_id: str, skeleton: Exchange, spec: ResponseSpec, violations: list) -> None:
+        """An exchange whose response headers arrived: its record ``skeleton`` (not changed after
+        this call: the caller passes a copy), the ``spec`` its parse needs, and the request
+        side's ``violations``. Serialised on the journal's thread."""
+        self._queue.put_nowait(("O", record_id, skeleton, spec, violations))
 
     def data(self, record_id: str, pending: list, nbytes: int) -> None:
         """Response bytes of an open exchange (``[chunk, arrival_s, ...]``, ``nbytes`` bytes)."""
@@ -541,7 +547,10 @@ class Journal:
         is written for it (full: its record is counted in a gap)."""
         tag = item[0]
         if tag == "O":
-            return None if full else (fmt.open_entry(item[1], item[2], item[3], item[4]), "O", item[1])
+            if full:
+                return None
+            body = fmt.open_entry(item[1], item[2].to_dict(), item[3].to_dict(), [v.to_dict() for v in item[4]])
+            return body, "O", item[1]
         if tag in ("D", "C"):
             rid = item[1]
             live = self._live.get(rid)

@@ -4,6 +4,7 @@ flows are streamed and not recorded, and ``response``/``error`` produce the righ
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -689,3 +690,43 @@ def test_the_registry_is_built_once_per_change():
         tctx.configure(addon, observer_max_event_bytes=4096)
         tctx.configure(addon, observer_tap_batch_ms=10)
     assert len(BUILT) == 1
+
+
+def test_fail_closed_refuses_llm_requests_while_recording_fails(tmp_path):
+    """``fail_closed``: while the journal would drop records (here: marked full), an LLM request
+    gets the proxy's own 503 with a JSON body saying why, and is not recorded; other traffic
+    passes; once the journal accepts again, LLM requests pass too. Without ``fail_closed`` the
+    request passes (and its record is counted in a gap)."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    addon = LLMAudit(worker=False)
+    with taddons.context(addon) as tctx:
+        tctx.configure(
+            addon,
+            observer_db=url,
+            observer_gc_freeze=False,
+            observer_journal_dir=str(tmp_path / "j"),
+            observer_fail_closed=True,
+        )
+        addon.running()
+        journal = addon._journal
+        journal._full = True  # what a round sets when the spool is full
+        f = llm_flow()
+        addon.requestheaders(f)
+        assert f.response is not None and f.response.status_code == 503
+        assert json.loads(f.response.content)["error"]["type"] == "recording_unavailable"
+        assert f.response.headers["retry-after"] == "5"
+        assert METADATA_KEY not in f.metadata and addon.refused_requests == 1
+        other = tflow.tflow()
+        addon.requestheaders(other)
+        assert other.response is None  # not an LLM request: untouched
+        journal._full = False
+        g = llm_flow()
+        addon.requestheaders(g)
+        assert g.response is None and METADATA_KEY in g.metadata
+        tctx.configure(addon, observer_fail_closed=False)
+        journal._full = True
+        h = llm_flow()
+        addon.requestheaders(h)
+        assert h.response is None and addon.refused_requests == 1
+        journal._full = False
+        addon.done()

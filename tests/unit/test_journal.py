@@ -335,7 +335,7 @@ def _chunk(text: str) -> bytes:
     )
 
 
-def _skeleton(rid: str) -> dict[str, Any]:
+def _skeleton(rid: str) -> Exchange:
     return Exchange(
         id=rid,
         dialect="openai.chat",
@@ -346,7 +346,7 @@ def _skeleton(rid: str) -> dict[str, Any]:
         started_at=datetime.fromtimestamp(1000.0, timezone.utc),
         status_code=200,
         outcome="completed",
-    ).to_dict()
+    )
 
 
 def test_an_open_exchange_survives_segment_rolls_and_deletions(
@@ -357,7 +357,7 @@ def test_an_open_exchange_survives_segment_rolls_and_deletions(
     still running, as after a kill."""
     directory = tmp_path / "j"
     journal, drainer = _pipeline(directory, store, segment_bytes=2048)
-    journal.open_exchange("long-1", _skeleton("long-1"), OPENAI_SPEC.to_dict(), [])
+    journal.open_exchange("long-1", _skeleton("long-1"), OPENAI_SPEC, [])
     journal.data("long-1", [_chunk("one "), 1000.1], 0)
     for i, r in enumerate(_records(make_exchange, 40)):
         journal.record(r)
@@ -375,7 +375,7 @@ def test_bytes_past_the_per_exchange_cap_are_cut_and_recovery_says_so(tmp_path: 
     journal = Journal(directory, flow_data_max=200)
     journal.open()
     journal.start(1)
-    journal.open_exchange("big", _skeleton("big"), OPENAI_SPEC.to_dict(), [])
+    journal.open_exchange("big", _skeleton("big"), OPENAI_SPEC, [])
     first, second = _chunk("kept"), _chunk("lost")
     assert len(first) < 200 < len(first) + len(second)
     journal.data("big", [first, 1000.1], len(first))
@@ -395,10 +395,10 @@ def test_a_record_dropped_for_a_full_spool_is_not_revived_by_recovery(tmp_path: 
     journal = Journal(directory, max_bytes=600)
     journal.open()
     journal.start(1)
-    journal.open_exchange("x1", _skeleton("x1"), OPENAI_SPEC.to_dict(), [])
+    journal.open_exchange("x1", _skeleton("x1"), OPENAI_SPEC, [])
     journal.data("x1", [b"y" * 600, 1000.1], 600)  # fills the spool
     _wait_until(lambda: not journal.accepting)
-    record = Exchange.from_dict(_skeleton("x1"))
+    record = _skeleton("x1")
     journal.record(record)
     journal.close()
     assert journal.dropped == 1

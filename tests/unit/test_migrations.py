@@ -92,3 +92,25 @@ def test_alembic_command_line_takes_the_url_from_x_argument(tmp_path: Path) -> N
     )
     assert _tables(f"sqlite:///{db}") == TABLES
     assert "sqlalchemy.url" not in (REPO / "alembic.ini").read_text()
+
+
+def test_alembic_check_is_clean(migrated_url: str, tmp_path: Path) -> None:
+    """``alembic check`` (autogenerate finds nothing to do) on SQLite and PostgreSQL, as an
+    operator runs it; control: on an empty database it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "OBSERVER_DB"}
+
+    def check(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "alembic", "-c", str(REPO / "alembic.ini"), "-x", f"url={url}", "check"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = check(migrated_url)
+    assert done.returncode == 0, done.stderr
+    assert "No new upgrade operations detected" in done.stdout + done.stderr
+    empty = check(f"sqlite:///{tmp_path / 'empty.db'}")
+    assert empty.returncode != 0
