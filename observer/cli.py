@@ -1,4 +1,5 @@
-"""The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``.
+"""The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``, ``verify``,
+``checkpoint export``.
 
 Every command that touches the store takes ``--db URL`` (default: the config file or env
 ``OBSERVER_DB``, else ``sqlite:///observer.db``). ``run`` takes every setting of
@@ -10,10 +11,13 @@ naming it, before anything starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -25,6 +29,8 @@ from observer.errors import ConfigError, ObserverError
 app = typer.Typer(help="Passive observer and compliance logger for LLM inference streams.", no_args_is_help=True)
 db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+checkpoint_app = typer.Typer(help="The hash chain's signed checkpoints.", no_args_is_help=True)
+app.add_typer(checkpoint_app, name="checkpoint")
 
 DbOpt = Annotated[
     str | None,
@@ -181,6 +187,153 @@ def db_upgrade(db: DbOpt = None) -> None:
     settings = _settings(db=db)
     _upgrade(settings.db)
     typer.echo(f"observer: store {_safe(settings.db)} is at the newest schema")
+
+
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="The trusted checkpoint key: a public key PEM, or the private key file"
+        " (default: the checkpoint_key setting, else DATA_DIR/checkpoint-key.pem).",
+    ),
+]
+TimeOpt = Annotated[str | None, typer.Option(help="RFC 3339 time, e.g. 2026-06-01T00:00:00Z.")]
+
+
+@app.command()
+def verify(
+    db: DbOpt = None,
+    since: TimeOpt = None,
+    until: TimeOpt = None,
+    key: KeyOpt = None,
+    checkpoints: Annotated[
+        str | None,
+        typer.Option(help="Checkpoints kept elsewhere (observer checkpoint export): also compared with the store."),
+    ] = None,
+) -> None:
+    """Recompute every writer's hash chain and check its signed checkpoints.
+
+    Exit 0: everything verifies; 1: a break (each writer's first: writer, seq, record id,
+    reason); 2: bad arguments or the store cannot be read."""
+    from observer.store.store import AuditStore
+    from observer.store.verify import verify as run_verify
+
+    _logging()
+    settings = _settings(db=db)
+    public = _public_key(settings, key)
+    exported = _read_exported(checkpoints) if checkpoints else None
+    store = AuditStore(settings.db)
+    bar: Any = None
+    try:
+        with contextlib.ExitStack() as stack:
+
+            def total(n: int) -> None:
+                nonlocal bar
+                bar = stack.enter_context(typer.progressbar(length=n, label="verifying", file=sys.stderr))
+
+            report = run_verify(
+                store,
+                public,
+                since=_time_opt("--since", since),
+                until=_time_opt("--until", until),
+                exported=exported,
+                progress=lambda n: bar.update(n) if bar is not None else None,
+                total=total,
+            )
+    except _db_errors() as exc:
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_reason(exc)}")
+    finally:
+        store.dispose()
+    for warning in report.warnings:
+        typer.echo(f"observer: warning: {warning}", err=True)
+    entries = sum(report.entries.values())
+    summary = f"{entries} entries of {len(report.entries)} writers, {report.checkpoints} checkpoints checked" + (
+        f"; {report.unchained} records stored before the chain (not chained)" if report.unchained else ""
+    )
+    if report.ok:
+        typer.echo(f"observer: verified: {summary}")
+        return
+    for brk in report.breaks:
+        typer.echo(f"observer: BROKEN: {brk.line()}", err=True)
+    typer.echo(f"observer: {len(report.breaks)} writers with a break; {summary}", err=True)
+    raise typer.Exit(1)
+
+
+@checkpoint_app.command("export")
+def checkpoint_export(
+    out: Annotated[str, typer.Option("--out", help="File to write (JSON lines); '-' for standard output.")],
+    db: DbOpt = None,
+) -> None:
+    """Write every checkpoint (and the store's id) as JSON lines, for keeping off this host
+    (``observer verify --checkpoints FILE`` compares them with the store later)."""
+    from observer.journal.format import dumps
+    from observer.shape import rfc3339
+    from observer.store.store import AuditStore
+
+    _logging()
+    settings = _settings(db=db)
+    store = AuditStore(settings.db)
+    try:
+        rows = store.checkpoints()
+        store_id = store.store_id()
+    except _db_errors() as exc:
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_reason(exc)}")
+    finally:
+        store.dispose()
+    lines = [dumps({"store_id": store_id, **r, "created_at": rfc3339(r["created_at"])}) + b"\n" for r in rows]
+    if out == "-":
+        sys.stdout.buffer.write(b"".join(lines))
+    else:
+        try:
+            with open(out, "wb") as f:
+                f.write(b"".join(lines))
+        except OSError as exc:
+            _fail(f"cannot write {out}: {exc.strerror}")
+        typer.echo(f"observer: {len(rows)} checkpoints written to {out}", err=True)
+
+
+def _public_key(settings: Settings, given: str | None) -> Any:
+    from observer.store.checkpoint import load_public_key
+
+    path = Path(given) if given else settings.checkpoint_key_path
+    try:
+        return load_public_key(path.read_bytes())
+    except FileNotFoundError:
+        if given:
+            _fail(f"no key file {path}")
+        return None  # verify warns: checkpoints unchecked
+    except (OSError, ConfigError) as exc:
+        _fail(f"cannot use the key {path}: {exc}")
+
+
+def _read_exported(path: str) -> list[dict[str, Any]]:
+    from observer.journal.format import loads
+
+    try:
+        return [loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot read the checkpoints {path}: {exc}")
+
+
+def _time_opt(flag: str, value: str | None) -> Any:
+    from observer.shape import parse_rfc3339
+
+    if value is None:
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError:
+        _fail(f"{flag} must be an RFC 3339 time with an offset (e.g. 2026-06-01T00:00:00Z), got {value!r}")
+
+
+def _db_errors() -> tuple[type[BaseException], ...]:
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+    return (ArgumentError, NoSuchModuleError, SQLAlchemyError, OSError)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
 
 
 def _settings(given_as: dict[str, str] | None = None, **overrides: object) -> Settings:

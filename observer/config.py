@@ -107,6 +107,23 @@ class Settings(BaseSettings):
         unit="flag",
         proxy=True,
     )
+    checkpoint_key: Path | None = _setting(
+        None,
+        "Ed25519 private key (PEM) that signs the chain's checkpoints; made on first start (mode 0600). Keep"
+        " it out of the database administrator's reach. Unset: DATA_DIR/checkpoint-key.pem.",
+        unit="path",
+        proxy=True,
+    )
+    checkpoint_every: int = _setting(
+        1000, "A signed checkpoint after this many chained entries.", unit="entries", proxy=True, ge=1
+    )
+    checkpoint_interval_s: int = _setting(
+        60,
+        "A signed checkpoint at least this often, also while idle (a deleted tail shows as a silence).",
+        unit="s",
+        proxy=True,
+        ge=1,
+    )
     queue_max: int = _setting(
         10000,
         "Finished records waiting in memory for the journal's disk writes; beyond it a record is dropped and"
@@ -254,6 +271,11 @@ class Settings(BaseSettings):
     def journal_path(self) -> Path:
         """The journal's folder (``observer.journal``): ``journal_dir``, else ``data_dir/journal``."""
         return self.journal_dir if self.journal_dir is not None else self.data_dir / "journal"
+
+    @property
+    def checkpoint_key_path(self) -> Path:
+        """The checkpoint signing key: ``checkpoint_key``, else ``data_dir/checkpoint-key.pem``."""
+        return self.checkpoint_key if self.checkpoint_key is not None else self.data_dir / "checkpoint-key.pem"
 
     @property
     def legacy_spool(self) -> Path:

@@ -77,8 +77,12 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = API_STOP_TIMEOUT_S) 
 
 def embedded_proxy_options(settings: Settings) -> dict[str, object]:
     """The observer's mitmproxy options on ``observer run``'s proxy: every proxy setting, with the
-    journal resolved into the data folder (``Settings.journal_path``)."""
-    return proxy_option_values(settings) | {SPECS["journal_dir"].option: str(settings.journal_path)}
+    journal and the checkpoint key resolved into the data folder (``Settings.journal_path``,
+    ``Settings.checkpoint_key_path``)."""
+    return proxy_option_values(settings) | {
+        SPECS["journal_dir"].option: str(settings.journal_path),
+        SPECS["checkpoint_key"].option: str(settings.checkpoint_key_path),
+    }
 
 
 def proxy_master(settings: Settings, mitm_sets: list[str]) -> DumpMaster:

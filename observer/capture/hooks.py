@@ -194,6 +194,7 @@ class LLMAudit:
         the database. A database that does not answer yet is retried by the drainer."""
         from observer.journal.journal import Journal
         from observer.journal.recovery import recover
+        from observer.store.checkpoint import CheckpointKey
         from observer.store.drain import Drainer, read_ack
         from observer.store.migrate import upgrade
         from observer.store.store import AuditStore
@@ -208,7 +209,14 @@ class LLMAudit:
         journal.start(max(recovery.max_seq, acked_seq) + 1, first)
         waiting = recovery.records_after(acked_seq)
         self._journal = journal
-        self._drainer = Drainer(AuditStore(url), journal, prepare=(lambda: upgrade(url)) if settings.migrate else None)
+        self._drainer = Drainer(
+            AuditStore(url),
+            journal,
+            prepare=(lambda: upgrade(url)) if settings.migrate else None,
+            checkpoint_key=CheckpointKey.load_or_create(settings.checkpoint_key_path),
+            checkpoint_every=settings.checkpoint_every,
+            checkpoint_interval_s=settings.checkpoint_interval_s,
+        )
         self._drainer.start()
         self._flows.set_sink(journal.record)
         log.info(

@@ -78,10 +78,18 @@ def loads(data: bytes | memoryview) -> Any:
         return json.loads(bytes(data))
 
 
-def entry(kind: Kind, body: bytes) -> bytes:
-    """One framed entry."""
-    framed = bytes((kind,)) + body
-    return HEADER.pack(len(framed), zlib.crc32(framed)) + framed
+def entry(kind: Kind, *body: bytes) -> bytes:
+    """One framed entry of the concatenated ``body`` parts (joined once, with the header)."""
+    kind_byte = _KIND_BYTES[kind]
+    crc = zlib.crc32(kind_byte)
+    length = 1
+    for part in body:
+        crc = zlib.crc32(part, crc)
+        length += len(part)
+    return b"".join((HEADER.pack(length, crc), kind_byte, *body))
+
+
+_KIND_BYTES = {k: bytes((k,)) for k in Kind}
 
 
 def open_entry(record_id: str, exchange: dict[str, Any], spec: dict[str, Any], violations: list[Any]) -> bytes:
@@ -99,11 +107,11 @@ def data_entry(record_id: str, pending: list) -> bytes:
 
 
 def record_entry(seq: int, record_json: bytes) -> bytes:
-    return entry(Kind.RECORD, _SEQ.pack(seq) + record_json)
+    return entry(Kind.RECORD, _SEQ.pack(seq), record_json)
 
 
 def gap_entry(seq: int, gap: dict[str, Any]) -> bytes:
-    return entry(Kind.GAP, _SEQ.pack(seq) + dumps(gap))
+    return entry(Kind.GAP, _SEQ.pack(seq), dumps(gap))
 
 
 def forget_entry(record_id: str) -> bytes:

@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,8 @@ from observer.journal import format as fmt
 from observer.journal.journal import Journal, segment_name, segment_numbers, write_private
 from observer.records import Exchange
 from observer.shape import parse_rfc3339
-from observer.store.store import AuditStore
+from observer.store.checkpoint import ZERO_HASH, CheckpointKey, make_checkpoint, note_hash
+from observer.store.store import AuditStore, ChainOrderError
 
 log = logging.getLogger("observer.store")
 
@@ -61,7 +62,8 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
-READ_BYTES = 8 << 20
+#: Bytes read from a segment at a time (an entry bigger than that is read whole).
+READ_BYTES = 1 << 20
 #: Seconds between two "database unavailable" warnings while it stays down.
 DOWN_WARNING_INTERVAL_S = 30.0
 
@@ -143,6 +145,10 @@ class Drainer:
         retry_min_s: float = 0.1,
         retry_max_s: float = 5.0,
         prepare: Callable[[], None] | None = None,
+        checkpoint_key: CheckpointKey | None = None,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if batch_max < 1 or not 0 < retry_min_s <= retry_max_s:
             raise ValueError("need batch_max >= 1 and 0 < retry_min_s <= retry_max_s")
@@ -152,6 +158,14 @@ class Drainer:
         self._retry_min_s = retry_min_s
         self._retry_max_s = retry_max_s
         self._prepare = prepare
+        self._key = checkpoint_key
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_interval_s = checkpoint_interval_s
+        self._clock = clock
+        self._store_id = ""
+        self._last_checkpoint: dict[str, Any] | None = None
+        self._last_checkpoint_at = 0.0
+        self.checkpoints = 0
         self._closing = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -200,6 +214,7 @@ class Drainer:
             "rejected": self.rejected,
             "failed_batches": self.failed_batches,
             "refused": self.refused,
+            "checkpoints": self.checkpoints,
             "database_down": self.down_since is not None,
             "alive": self._thread is not None and self._thread.is_alive(),
         }
@@ -226,14 +241,17 @@ class Drainer:
             if self._ready and not self._has_entries(self._pos, durable):
                 self._pos = self._skip_to(durable)
                 if closing:
+                    self._checkpoint(force=True)
                     return
-                self._wake.wait()
+                self._wake.wait(self._checkpoint_wait())
                 self._wake.clear()
+                self._checkpoint()
                 continue
             try:
                 if not self._ready:
                     self._bind()
                 self._drain_once(durable)
+                self._checkpoint()
                 if self.down_since is not None:
                     log.warning(
                         "drainer: database available again after %.1f s; %d records stored so far",
@@ -242,9 +260,9 @@ class Drainer:
                     )
                     self.down_since = None
                 delay_s = 0.0
-            except StoreMismatch as exc:
+            except (StoreMismatch, ChainOrderError) as exc:
                 self.refused = True
-                log.critical("drainer: %s", exc)
+                log.critical("drainer: %s; records stay in the journal", exc)
                 return
             except Unavailable as exc:
                 self.failed_batches += 1
@@ -283,6 +301,12 @@ class Drainer:
             log.warning("drainer: the journal (empty) now belongs to the store %s (was %s)", store_id, own)
         self._journal.bind_store(store_id)
         self._expected = max_seq + 1 if max_seq else None
+        self._store_id = store_id
+        if self._key is not None:
+            try:
+                self._last_checkpoint = self._store.last_checkpoint(self._journal.writer_id)
+            except UNAVAILABLE_ERRORS as exc:
+                raise Unavailable() from exc
         self._ready = True
 
     def _drain_once(self, durable: Position) -> None:
@@ -299,6 +323,44 @@ class Drainer:
         )
         self._journal.release(end[0])
 
+    def _checkpoint_wait(self) -> float | None:
+        """Seconds until the next idle checkpoint is due (``None``: no key, wait for records)."""
+        if self._key is None:
+            return None
+        return max(0.0, self._last_checkpoint_at + self._checkpoint_interval_s - time.monotonic())
+
+    def _checkpoint(self, *, force: bool = False) -> None:
+        """Signs and stores a checkpoint of this writer's chain head when ``checkpoint_every``
+        entries were added since the last one or ``checkpoint_interval_s`` passed (also while
+        idle, the same head again), or ``force`` (at close). A database error is logged and
+        retried at the next occasion; it never stops the drainer."""
+        if self._key is None or not self._ready:
+            return
+        writer = self._journal.writer_id
+        last = self._last_checkpoint
+        due_time = time.monotonic() - self._last_checkpoint_at >= self._checkpoint_interval_s
+        try:
+            seq, head = self._store.chain_head(writer)
+            if seq == 0:
+                return
+            grown = last is None or seq - last["seq"] >= self._checkpoint_every
+            if not (force or grown or due_time):
+                return
+            if last is not None and force and last["seq"] == seq:
+                return  # nothing new since the last one
+            number = 1 if last is None else last["number"] + 1
+            prev = ZERO_HASH if last is None else note_hash(last["note"])
+            at = datetime.fromtimestamp(self._clock(), timezone.utc)
+            row = make_checkpoint(self._key, self._store_id, writer, number, seq, head.hex(), at, prev)
+            self._store.add_checkpoint(row)
+        except Exception:  # noqa: BLE001 - a checkpoint must never stop the records
+            log.warning("drainer: cannot write a checkpoint now; retried later", exc_info=True)
+            self._last_checkpoint_at = time.monotonic()
+            return
+        self._last_checkpoint = row
+        self._last_checkpoint_at = time.monotonic()
+        self.checkpoints += 1
+
     def _read_batch(self, durable: Position) -> tuple[list[Exchange], list[int], list[dict[str, Any]], Position]:
         """Up to ``batch_max`` records (and the gaps among them) after the position, and the
         position after the last entry read."""
@@ -311,14 +373,14 @@ class Drainer:
             seg, off = pos
             if pos >= durable:
                 break
-            limit = durable[1] - off if seg == durable[0] else None
-            buf, final = self._read_segment(seg, off, limit)
+            limit = durable[1] - off if seg == durable[0] else None  # the current segment: its durable part
+            buf, final = self._read_segment(seg, off, limit, READ_BYTES)
             if buf is None:  # the segment is gone: go on with the next one
                 pos = (seg + 1, 0)
                 continue
             scan = fmt.read_run(buf, off, final=final)
-            if not scan.entries and scan.damage is None and not final:
-                buf, final = self._read_segment(seg, off, max(limit or 0, fmt.needed_bytes(buf)))
+            if not scan.entries and scan.damage is None and not final:  # an entry bigger than a read
+                buf, final = self._read_segment(seg, off, limit, fmt.needed_bytes(buf))
                 scan = fmt.read_run(buf or b"", off, final=final)
             for e in scan.entries:
                 if e.kind is fmt.Kind.RECORD or e.kind is fmt.Kind.GAP:
@@ -373,23 +435,34 @@ class Drainer:
             return
         except UNAVAILABLE_ERRORS as exc:
             raise Unavailable() from exc
+        except ChainOrderError:
+            raise
         except Exception as exc:  # noqa: BLE001 - one of them cannot be stored: find which
             if not records:
                 raise Unavailable() from exc
-        kept_gaps = list(gaps)
-        for record, seq in zip(records, seqs, strict=True):
+        # One at a time, in seq order (the chain is), a refused record's gap in its place.
+        items: list[tuple[int, Exchange | None, dict[str, Any] | None]] = [
+            *((seq, record, None) for record, seq in zip(records, seqs, strict=True)),
+            *((g["seq"], None, g) for g in gaps),
+        ]
+        for seq, record, gap in sorted(items, key=lambda item: item[0]):
             try:
-                self.duplicates += self._store.write_many([record], writer_id=writer, seqs=[seq])
-                self.written += 1
+                if record is None:
+                    self._store.write_many([], writer_id=writer, gaps=[gap])  # type: ignore[list-item]
+                    self.gaps += 1
+                    continue
+                try:
+                    self.duplicates += self._store.write_many([record], writer_id=writer, seqs=[seq])
+                    self.written += 1
+                except (*UNAVAILABLE_ERRORS, ChainOrderError):
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    refused: list[dict[str, Any]] = []
+                    self._reject(seq, record.id, record.to_dict(), exc, refused, "rejected")
+                    self._store.write_many([], writer_id=writer, gaps=refused)
+                    self.gaps += 1
             except UNAVAILABLE_ERRORS as exc:
                 raise Unavailable() from exc
-            except Exception as exc:  # noqa: BLE001
-                self._reject(seq, record.id, record.to_dict(), exc, kept_gaps, "rejected")
-        try:
-            self._store.write_many([], writer_id=writer, gaps=kept_gaps)
-            self.gaps += len(kept_gaps)
-        except UNAVAILABLE_ERRORS as exc:
-            raise Unavailable() from exc
 
     def _reject(
         self,
@@ -431,19 +504,22 @@ class Drainer:
             seg, off = later[0], 0
         return seg, max(off, len(fmt.SEGMENT_MAGIC))
 
-    def _read_segment(self, seg: int, off: int, limit: int | None) -> tuple[bytes | None, bool]:
-        """Bytes of segment ``seg`` from ``off`` (at most ``limit``, else ``READ_BYTES``), and
-        whether they reach the file's end; ``None`` when the file is gone."""
+    def _read_segment(self, seg: int, off: int, limit: int | None, want: int) -> tuple[bytes | None, bool]:
+        """Up to ``want`` bytes of segment ``seg`` from ``off`` (never past ``limit`` bytes from
+        it: the durable end), and whether they reach the end (of the file, or of ``limit``: then
+        what ends there is whole, as the journal fsyncs whole entries); ``None`` when the file
+        is gone."""
         path = self._journal.directory / segment_name(seg)
+        if limit is not None:
+            want = min(want, limit)
         try:
             with open(path, "rb") as f:
                 f.seek(off)
-                want = READ_BYTES if limit is None else limit
                 buf = f.read(want)
-                final = limit is None and len(buf) < want
         except FileNotFoundError:
             return None, True
-        return buf, final
+        reached = len(buf) < want or (limit is not None and len(buf) == limit)
+        return buf, reached and limit is None
 
     def _has_entries(self, start: Position, durable: Position) -> bool:
         """Whether any entry lies between ``start`` and ``durable`` (cheap: sizes only)."""

@@ -157,6 +157,9 @@ class ExchangeRow(Base):
         String(36), comment="Journal (observer process) that wrote the record; null before journals"
     )
     seq: Mapped[BigCount | None] = mapped_column(comment="The record's number in its writer's journal (1, 2, ...)")
+    record_hash: Mapped[str | None] = mapped_column(
+        String(64), comment="Chain hash (hex) over this record and its writer's previous entry (observer.store.chain)"
+    )
 
     blocks: Mapped[list[BlockRow]] = relationship(
         order_by="BlockRow.position", cascade="all, delete-orphan", passive_deletes=True, lazy="raise"
@@ -233,6 +236,26 @@ class GapRow(Base):
     reason: Mapped[Label]
     detail: Mapped[str | None] = mapped_column(comment="Record id or error, where there is one")
     created_at: Mapped[datetime] = mapped_column(server_default=func.now(), comment="Insert time (database clock)")
+    record_hash: Mapped[str] = mapped_column(String(64), comment="Chain hash (hex), as for a record")
+
+
+class CheckpointRow(Base):
+    """A signed statement of a writer's chain head (``observer.store.checkpoint``): ``seq``
+    entries, the last one's hash, when, and the previous checkpoint's hash; signed (Ed25519) by
+    the key in the observer's data folder, never kept in the database."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = {"comment": "Signed checkpoints of each writer's hash chain."}
+
+    writer_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    number: Mapped[BigCount] = mapped_column(primary_key=True, comment="1, 2, ... per writer")
+    seq: Mapped[BigCount] = mapped_column(comment="Entries of the chain covered (its last seq)")
+    head_hash: Mapped[str] = mapped_column(String(64), comment="record_hash of entry seq (hex)")
+    created_at: Mapped[datetime] = mapped_column(comment="When it was signed (UTC)")
+    prev_hash: Mapped[str] = mapped_column(String(64), comment="SHA-256 of the previous checkpoint's note (hex)")
+    key_id: Mapped[str] = mapped_column(String(16), comment="First 8 bytes of SHA-256 of the public key (hex)")
+    note: Mapped[str] = mapped_column(comment="The signed text")
+    signature: Mapped[str] = mapped_column(comment="Ed25519 signature of the note (base64)")
 
 
 class StoreMetaRow(Base):

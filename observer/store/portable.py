@@ -4,6 +4,8 @@ writer thread (never on the proxy's event loop).
 - PostgreSQL ``text`` and ``jsonb`` cannot hold U+0000 (JSON allows ``\\u0000`` in strings):
   it is replaced by U+FFFD on every backend, so records stay identical across SQLite and
   PostgreSQL, and one ``unstorable_character`` violation names the fields that changed.
+- A whole-number float of 2^53 or more in request JSON becomes the exact integer it is (see
+  ``WHOLE_FLOAT_MIN``).
 - JSON nested deeper than ``MAX_JSON_DEPTH`` levels (a 2 KB request of 1000 brackets was enough
   to crash recursive code and to make the API's serialiser fail) is cut: the too-deep value is
   replaced by a marker string and one ``unstorable_character`` violation says so.
@@ -23,6 +25,10 @@ REPLACEMENT = "\ufffd"
 MAX_JSON_DEPTH = 64  # levels of nesting kept in request JSON (the API serialises up to ~250)
 DEPTH_MARKER = "<nested deeper than 64 levels: not stored>"
 DEEP = "deep:"  # prefix of a hit that is a depth cut, not a NUL
+#: Whole-number floats from this magnitude on are stored as the integer they are exactly:
+#: PostgreSQL's jsonb keeps ``1e300`` as the decimal 10^300, not the float's own value, so the
+#: record read back (and its chain hash, ``observer.store.chain``) would differ.
+WHOLE_FLOAT_MIN = float(2**53)
 
 
 def _clean(value: Any, path: str, hits: list[str]) -> Any:
@@ -33,6 +39,8 @@ def _clean(value: Any, path: str, hits: list[str]) -> Any:
             hits.append(path)
             return value.replace(NUL, REPLACEMENT)
         return value
+    if isinstance(value, float) and abs(value) >= WHOLE_FLOAT_MIN and value.is_integer():
+        return int(value)  # the same number; jsonb would keep a different one (its decimal text)
     if not isinstance(value, dict | list):
         return value
     root: list[Any] = [None]

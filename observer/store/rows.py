@@ -75,8 +75,9 @@ SUMMARY_KEYS: tuple[str, ...] = (
 )
 
 _CHILD_COLUMNS = ("exchange_id", "position")  # columns of every child table that are not fields
-#: ``exchanges`` columns the store sets, not the record: the journal's numbering (``write_many``).
-JOURNAL_COLUMNS = ("writer_id", "seq")
+#: ``exchanges`` columns the store sets, not the record: the journal's numbering and the chain
+#: hash (``write_many``).
+JOURNAL_COLUMNS = ("writer_id", "seq", "record_hash")
 
 
 def _column_names(table: FromClause) -> set[str]:

@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session, selectinload
 from observer.errors import ObserverError
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
-from observer.store.models import ExchangeRow, GapRow, StoreMetaRow
+from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
+from observer.store.models import CheckpointRow, ExchangeRow, GapRow, StoreMetaRow
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
 
@@ -51,6 +52,12 @@ class InvalidCursor(ObserverError, ValueError):
     """A pagination cursor that this store did not issue (or that was altered)."""
 
     code = "invalid_cursor"
+
+
+class ChainOrderError(ObserverError):
+    """A chained entry would not come after its writer's stored chain head."""
+
+    code = "chain_order"
 
 
 class AuditStore:
@@ -99,45 +106,98 @@ class AuditStore:
         value it cannot store), ``OverflowError``/``UnicodeEncodeError`` when the driver cannot
         encode one (SQLite integer beyond 64 bits, lone surrogate).
         """
-        exchanges, children = rows_from_records([make_portable(r) for r in records])
+        portable = [make_portable(r) for r in records]
+        exchanges, children = rows_from_records(portable)
+        chained = seqs is not None and writer_id is not None
         numbering = dict(zip((r.id for r in records), seqs, strict=True)) if seqs is not None else {}
+        dicts: dict[str, Exchange] = {}
+        for r in portable if chained else ():
+            dicts.setdefault(r.id, r)  # the first of a repeated id is the one stored
         for row in exchanges:
             row["writer_id"] = writer_id if seqs is not None else None
             row["seq"] = numbering.get(row["id"])
-        if not exchanges:
-            if gaps:
-                with Session(self._engine) as session, session.begin():
-                    self._write_gaps(session, writer_id, gaps)
-            return 0
+            row["record_hash"] = None
         ids = [r["id"] for r in exchanges]
         id_column = ExchangeRow.__table__.c.id
+        stored: set[str] = set()
         with Session(self._engine) as session, session.begin():
-            stored: set[str] = set()
             for start in range(0, len(ids), _IN_CHUNK):
                 stored.update(session.scalars(select(id_column).where(id_column.in_(ids[start : start + _IN_CHUNK]))))
             if stored:
                 exchanges = [r for r in exchanges if r["id"] not in stored]
                 children = {t: [r for r in rows if r["exchange_id"] not in stored] for t, rows in children.items()}
+            gap_rows = self._new_gaps(session, writer_id, gaps)
+            if chained:
+                self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
             # Core inserts on the tables (the ORM's bulk insert would split the batch into one
             # statement per run of rows with the same NULL columns).
-            for table, rows in ((ExchangeRow.__table__, exchanges), *children.items()):
+            for table, rows in ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows)):
                 if rows:
                     session.execute(insert(table), rows)
-            if gaps:
-                self._write_gaps(session, writer_id, gaps)
         if stored:
             log.info("audit store: %d of %d records were already stored", len(stored), len(ids))
         return len(stored)
 
     @staticmethod
-    def _write_gaps(session: Session, writer_id: str | None, gaps: Sequence[Mapping[str, Any]]) -> None:
+    def _new_gaps(session: Session, writer_id: str | None, gaps: Sequence[Mapping[str, Any]]) -> list[Item]:
+        """The gap rows not stored yet (by writer and seq)."""
+        if not gaps:
+            return []
         table = GapRow.__table__
-        rows = [{**g, "writer_id": writer_id} for g in gaps]
+        rows = [{**g, "writer_id": writer_id, "record_hash": ""} for g in gaps]
         seqs = [r["seq"] for r in rows]
         stored = set(session.scalars(select(table.c.seq).where(table.c.writer_id == writer_id, table.c.seq.in_(seqs))))
-        rows = [r for r in rows if r["seq"] not in stored]
-        if rows:
-            session.execute(insert(table), rows)
+        return [r for r in rows if r["seq"] not in stored]
+
+    def _chain(
+        self,
+        session: Session,
+        writer_id: str,
+        exchanges: list[Item],
+        records: dict[str, Exchange],
+        gaps: list[Item],
+    ) -> None:
+        """Sets ``record_hash`` on the new rows, in seq order, continuing the writer's chain from
+        its stored head (``observer.store.chain``). Raises ``ChainOrderError`` when a new entry's
+        seq is not after the stored head (the journal is read in order, so this is a bug or a
+        second process on one journal)."""
+        entries: list[tuple[int, bytes, Item]] = []
+        for row in exchanges:
+            entries.append((row["seq"], canonical_record(records[row["id"]].to_dict(), writer_id, row["seq"]), row))
+        for row in gaps:
+            entries.append((row["seq"], canonical_gap(row, writer_id), row))
+        if not entries:
+            return
+        entries.sort(key=lambda e: e[0])
+        head_seq, head = self.chain_head(writer_id, session)
+        if entries[0][0] <= head_seq:
+            raise ChainOrderError(f"writer {writer_id}: seq {entries[0][0]} is not after the stored head {head_seq}")
+        for _seq, canonical, row in entries:
+            head = chain_hash(head, canonical)
+            row["record_hash"] = head.hex()
+
+    def chain_head(self, writer_id: str, session: Session | None = None) -> tuple[int, bytes]:
+        """(last seq, its ``record_hash``) of ``writer_id``'s chain; (0, ``GENESIS``) when empty."""
+        ex, gap = ExchangeRow.__table__, GapRow.__table__
+        q_ex = (
+            select(ex.c.seq, ex.c.record_hash)
+            .where(ex.c.writer_id == writer_id, ex.c.record_hash.is_not(None))
+            .order_by(ex.c.seq.desc())
+            .limit(1)
+        )
+        q_gap = (
+            select(gap.c.seq_end, gap.c.record_hash)
+            .where(gap.c.writer_id == writer_id)
+            .order_by(gap.c.seq_end.desc())
+            .limit(1)
+        )
+        if session is not None:
+            a, b = session.execute(q_ex).first(), session.execute(q_gap).first()
+        else:
+            with self._engine.connect() as conn:
+                a, b = conn.execute(q_ex).first(), conn.execute(q_gap).first()
+        best = max((r for r in (a, b) if r is not None), key=lambda r: r[0], default=None)
+        return (0, GENESIS) if best is None else (best[0], bytes.fromhex(best[1]))
 
     def gaps(self, writer_id: str | None = None) -> list[Item]:
         """The recorded gaps (all writers, or one), oldest seq first, as dicts of their columns."""
@@ -147,6 +207,38 @@ class AuditStore:
             stmt = stmt.where(table.c.writer_id == writer_id)
         with self._engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def add_checkpoint(self, row: Mapping[str, Any]) -> None:
+        """Inserts a signed checkpoint row (``observer.store.checkpoint.make_checkpoint``)."""
+        with self._engine.begin() as conn:
+            conn.execute(insert(CheckpointRow.__table__), [dict(row)])
+
+    def checkpoints(self, writer_id: str | None = None) -> list[Item]:
+        """Checkpoint rows (all writers, or one), by writer and number."""
+        table = CheckpointRow.__table__
+        stmt = select(table).order_by(table.c.writer_id, table.c.number)
+        if writer_id is not None:
+            stmt = stmt.where(table.c.writer_id == writer_id)
+        with self._engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def last_checkpoint(self, writer_id: str) -> Item | None:
+        table = CheckpointRow.__table__
+        stmt = select(table).where(table.c.writer_id == writer_id).order_by(table.c.number.desc()).limit(1)
+        with self._engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else dict(row._mapping)
+
+    def writers(self) -> list[str]:
+        """Every writer id with a chained record, gap or checkpoint."""
+        ex, gap, cp = ExchangeRow.__table__, GapRow.__table__, CheckpointRow.__table__
+        stmt = (
+            select(ex.c.writer_id)
+            .where(ex.c.writer_id.is_not(None))
+            .union(select(gap.c.writer_id), select(cp.c.writer_id))
+        )
+        with self._engine.connect() as conn:
+            return sorted(conn.scalars(stmt))
 
     def max_seq(self, writer_id: str) -> int:
         """The highest seq of ``writer_id`` among stored records and gaps (0: none)."""

@@ -10,13 +10,16 @@ the local scripted upstream (``tests/e2e/upstream.py``), with the faults made fo
   (``interrupted``, request facts, the text that had arrived as a prefix, "recovered from its
   journal");
 - (c) the journal's bound (``spool_max_bytes`` = 1 MiB) reached with no database to drain to:
-  the folder stays within the bound plus one entry, the loss is one ``spool_full`` gap whose
-  ``dropped`` + the stored records = the streams sent; with ``fail_closed`` new LLM requests get
-  503 (``recording_unavailable``, never forwarded) while other traffic passes, until the database
-  is back;
-- (d) the journal's filesystem fills up (a 2 MiB tmpfs; as a fallback ``RLIMIT_FSIZE``): the
-  proxy keeps forwarding every stream in full, and after a restart with room the loss is a gap
-  (``disk_error``/``spool_full``) whose ``dropped`` + the stored records = the streams sent;
+  the segments stay within the bound plus the entry that crossed it (and the open exchange
+  carried into a new segment), the loss is one ``spool_full`` gap whose ``dropped`` + the stored
+  records = the streams sent; with ``fail_closed`` new LLM requests get 503
+  (``recording_unavailable``, never forwarded) while other traffic passes, until the database is
+  back. Known bug (strict xfail): an LLM request WITH a body gets no 503, its connection crashes;
+- (d) the journal's filesystem fills up (a 2 MiB tmpfs; as a fallback ``RLIMIT_FSIZE``,
+  ``E2E_FAULTS_DISK=rlimit`` forces it): the proxy keeps forwarding every stream in full, and
+  after a restart with room the loss is a gap (``disk_error``/``spool_full``) whose ``dropped`` +
+  the stored records = the streams sent: with space back while running, or after an idle stop.
+  Known bug (strict xfail): a stop within ``retry_s`` of a failed write loses the gap;
 - (e) the start-up and shutdown log lines carry the counts (checked in (a), (b), (c), (d)).
 
 Every test's expectations are computed here: the tids sent, the texts the upstream script sends
@@ -104,7 +107,7 @@ class FaultObserver(ObserverProcess):
         shim = (
             "import os, resource, signal, sys; "
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({self.fsize_limit}, {self.fsize_limit})); "
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({self.fsize_limit}, resource.RLIM_INFINITY)); "
             "os.execv(sys.argv[1], sys.argv[1:])"
         )
         return [sys.executable, "-c", shim, *argv]
@@ -197,28 +200,60 @@ def new_tids(prefix: str, n: int) -> list[str]:
 
 
 def segment_bytes(journal: Path) -> int:
-    return sum(p.stat().st_size for p in journal.glob("seg-*.log"))
+    total = 0
+    for p in journal.glob("seg-*.log"):
+        with contextlib.suppress(FileNotFoundError):  # the drainer may delete one meanwhile
+            total += p.stat().st_size
+    return total
+
+
+def settled_segment_bytes(journal: Path, quiet_s: float = 0.15, timeout: float = 3.0) -> int:
+    """``segment_bytes`` once it has not changed for ``quiet_s`` (the record of a stream the
+    client just finished is journaled a few ms later)."""
+    deadline = time.monotonic() + timeout
+    last = segment_bytes(journal)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = segment_bytes(journal)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def group_members(pgid: int) -> list[tuple[int, str, str]]:
-    """Live (not zombie) processes of process group ``pgid``: (pid, state, command line)."""
-    out = []
+def _proc_info(d: Path) -> tuple[str, int, int, str] | None:
+    """(state, ppid, pgrp, command line) of /proc/PID, None when it is gone."""
+    try:
+        stat = (d / "stat").read_text()
+        rest = stat[stat.rfind(")") + 2 :].split()
+        cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        return rest[0], int(rest[1]), int(rest[2]), cmd
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def children_of(pid: int) -> dict[int, str]:
+    """Live (not zombie) child processes of ``pid``: pid -> command line."""
+    out = {}
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            rest = stat[stat.rfind(")") + 2 :].split()
-            state, pgrp = rest[0], int(rest[2])
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except (OSError, ValueError, IndexError):
-            continue
-        if pgrp == pgid and state != "Z":
-            out.append((int(d.name), state, cmd))
+        if d.name.isdigit():
+            info = _proc_info(d)
+            if info is not None and info[1] == pid and info[0] != "Z":
+                out[int(d.name)] = info[3]
+    return out
+
+
+def still_alive(procs: dict[int, str]) -> dict[int, str]:
+    """Those of ``procs`` (pid -> command line) that still run (same pid, same command line)."""
+    out = {}
+    for pid, cmd in procs.items():
+        info = _proc_info(Path(f"/proc/{pid}"))
+        if info is not None and info[0] != "Z" and info[3] == cmd:
+            out[pid] = cmd
     return out
 
 
@@ -361,10 +396,11 @@ def test_kill9_with_streams_in_flight_and_records_queued(upstream: UpstreamServe
     live: dict[str, StreamResult] = {}
     final: dict[str, StreamResult] = {}
     threads: list[threading.Thread] = []
+    kids: dict[int, str] = {}
     try:
         obs1.start(timeout=45)
-        pgid = obs1.proc.pid  # started with start_new_session: the proxy process leads its group
-        assert os.getpgid(pgid) == pgid
+        proxy_pid = obs1.proc.pid  # started with start_new_session: the proxy process leads its group
+        assert os.getpgid(proxy_pid) == proxy_pid
         for tid in stored_tids:
             check_complete(llm_stream(obs1, upstream, tid), want_body, tid)
         wait_until(lambda: sqlite_count(db) == len(stored_tids), 20, what="the first records stored")
@@ -396,13 +432,14 @@ def test_kill9_with_streams_in_flight_and_records_queued(upstream: UpstreamServe
         snapshot = {tid: sse_text(live[tid].body) for tid in inflight_tids}
         time.sleep(0.5)  # > tap batch (50 ms) + one group commit: the snapshot's bytes are journaled
 
-        members = group_members(pgid)
-        assert len(members) >= 2, f"expected the proxy and its API child in the group: {members}"
-        os.kill(pgid, signal.SIGKILL)
+        kids = children_of(proxy_pid)  # the API child (same group) and the worker (its own session)
+        assert any("observer.cli api" in c for c in kids.values()), f"no API child: {kids}"
+        assert any("observer.capture.worker" in c for c in kids.values()), f"no worker: {kids}"
+        os.kill(proxy_pid, signal.SIGKILL)
         obs1.proc.wait(10)
         assert obs1.proc.returncode == -signal.SIGKILL
         # The API child (parent-death SIGTERM) and the worker (parent-death SIGKILL) go too.
-        wait_until(lambda: not group_members(pgid), 15, what="the API child and the worker to exit after the kill")
+        wait_until(lambda: not still_alive(kids), 15, what=f"the children {kids} to exit after the kill")
         for t in threads:
             t.join(30)
         for tid in inflight_tids:
@@ -468,9 +505,9 @@ def test_kill9_with_streams_in_flight_and_records_queued(upstream: UpstreamServe
             lock_conn.close()
         for obs in (obs1, obs2):
             obs.stop()
-            if obs.proc is not None:  # the kill left nobody behind in the group
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(obs.proc.pid, signal.SIGKILL)
+        for pid in still_alive(kids):  # a child the kill left behind (the test then failed)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,7 +539,7 @@ def test_full_spool_drops_new_records_into_one_gap(upstream: UpstreamServer, tmp
             check_complete(res, up.raw_body, tid)  # fail open: every client gets its stream
             raw_len = max(raw_len, len(up.raw_body))
             ended[tid] = time.time()
-            sizes.append(segment_bytes(journal))
+            sizes.append(settled_segment_bytes(journal))
         time.sleep(0.3)
         sizes.append(segment_bytes(journal))
         code = run1.stop(timeout=30)
@@ -510,12 +547,16 @@ def test_full_spool_drops_new_records_into_one_gap(upstream: UpstreamServer, tmp
     after_stop = segment_bytes(journal)
     counts1 = run1.shutdown_counts()
     run1_segments = sorted(p.name for p in journal.glob("seg-*.log"))
-    # The bound: checked before each entry, so the last one written may cross it; past it only a
-    # few small entries (CUT/FORGET of the open exchange, the GAP at close) are written. One
-    # entry is at most one stream's data or record: below 2 x its raw body.
+    # The bound is checked before each entry is encoded, so the entry that crosses it is written
+    # whole (at most a DATA entry, <= one stream's raw bytes here, or a RECORD, about its text
+    # twice: below the raw bytes too); when that entry starts a new segment, the open exchange's
+    # OPEN and DATA entries are first carried into it (<= raw bytes + 2 KiB). Past the bound
+    # only small entries follow (CUT, FORGET, the GAP at close).
     overshoot = max(max(sizes), after_stop) - MiB
-    assert max(sizes) <= MiB + 2 * raw_len, f"journal grew to {max(sizes)} bytes (bound {MiB}, raw {raw_len})"
+    bound = MiB + 2 * raw_len + 8192
+    assert max(sizes) <= bound, f"journal grew to {max(sizes)} bytes (bound {MiB}, raw {raw_len}, allowed {bound})"
     assert after_stop - max(sizes) < 4096, (after_stop, max(sizes))
+    assert folder_bytes(journal) <= bound + 4096, folder_bytes(journal)  # + identity.json, lock
     print(
         f"\nspool: raw body/stream {raw_len} B; segments max {max(sizes)} B during the run, {after_stop} B after"
         f" stop; overshoot {overshoot} B; folder {folder_bytes(journal)} B; shutdown line {counts1}"
@@ -609,7 +650,7 @@ def fail_closed_with_full_journal(
                 res = llm_stream(obs, upstream, tid, _long_query(), timeout=10)
                 check_complete(res, upstream.wait_exchange(tid).raw_body, tid)
                 accepted.append(tid)
-                if segment_bytes(journal) >= MiB:
+                if settled_segment_bytes(journal) >= MiB:
                     break
             assert segment_bytes(journal) >= MiB, f"the journal did not fill after {len(accepted)} streams"
             time.sleep(0.3)  # the journal thread's round after the last record: it knows it is full
@@ -688,6 +729,7 @@ def test_full_spool_fail_closed_refuses_llm_requests_until_the_store_is_back(
 
 @pytest.mark.timeout(90)
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=True,
     reason="observer bug: LLMAudit._refuse (observer/capture/hooks.py) sets flow.request.stream = True and"
     " flow.response in requestheaders; for a request with a body mitmproxy raises NotImplementedError"
@@ -697,7 +739,7 @@ def test_full_spool_fail_closed_refuses_llm_requests_until_the_store_is_back(
 def test_fail_closed_refuses_an_llm_request_with_a_body(upstream: UpstreamServer, tmp_path: Path) -> None:
     with fail_closed_with_full_journal(upstream, tmp_path) as (_pg, obs, _accepted, tids):
         tid = next(tids)
-        res = llm_stream(obs, upstream, tid, _long_query(), timeout=8)
+        res = llm_stream(obs, upstream, tid, _long_query(), timeout=5)
         assert upstream.get(tid) is None, "a request was forwarded while the journal was full"
         assert _refused(res), f"no 503: status {res.status}, error {res.error!r}"
 
@@ -730,40 +772,86 @@ def small_filesystem(path: Path, size: int) -> Iterator[Callable[[int], None] | 
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
+DISK_GAP_LOST = (
+    "observer bug: stopping within retry_s (1 s) of a failed journal write loses the loss record:"
+    " Journal._round (observer/journal/journal.py) writes pending FORGET/CUT entries and GAP entries only"
+    " when not blocked, also in the final round of close(); close() then only logs 'N dropped records could"
+    " not be recorded as a gap', and the dropped exchange whose OPEN was journaled (no FORGET) is revived by"
+    " recovery as a record although it was counted as dropped"
+)
+
+
 @pytest.mark.timeout(150)
-def test_journal_disk_full_keeps_forwarding_and_records_the_loss(upstream: UpstreamServer, tmp_path: Path) -> None:
-    sent = 45  # ~60 KB of journal each: ~34 fill 2 MiB
+@pytest.mark.parametrize(
+    "room",
+    [
+        "while_running",
+        "after_stop_idle",
+        pytest.param("after_stop", marks=pytest.mark.xfail(raises=AssertionError, strict=True, reason=DISK_GAP_LOST)),
+    ],
+)
+def test_journal_disk_full_keeps_forwarding_and_records_the_loss(
+    upstream: UpstreamServer, tmp_path: Path, room: str
+) -> None:
+    """The journal on a 2 MiB filesystem and no database to drain to: the disk fills. Every client
+    still gets its whole stream. ``while_running``: space comes back while the proxy runs (one more
+    stream then); ``after_stop_idle``: the proxy is stopped (SIGTERM) after 1.5 s without traffic,
+    and space comes back for the next start; ``after_stop``: the same, stopped at once after the
+    last stream (as a stop under traffic would). Every time, after the next start on a reachable
+    store, the stored records and the gaps' ``dropped`` add up to the streams sent."""
+    sent = 45  # ~66 KB of journal each: ~32 fill 2 MiB
     fs_size = 2 * MiB
     mnt = tmp_path / "small"
     data = tmp_path / "data"
-    tids = new_tids("disk", sent)
+    tids = new_tids("disk", sent + 1)
     full = long_text(LONG_N)
     force_rlimit = os.environ.get("E2E_FAULTS_DISK") == "rlimit"
     with small_filesystem(mnt, fs_size) as resize:
         if resize is None or force_rlimit:
-            # One segment per run (segments roll at 8 MiB): a file-size cap on the proxy is a full
-            # disk for its journal. (It would cap the SQLite store too: the store is unreachable.)
+            # No mount (not root): a file-size cap on the proxy process is a full disk for its
+            # journal, whose segment only rolls at min(8 MiB, spool_max_bytes / 4) = 8 MiB here.
+            # (The cap applies to the SQLite store too: the store here is unreachable PostgreSQL.)
             mode, journal, limit = "rlimit", tmp_path / "journal", fs_size
         else:
             mode, journal, limit = "tmpfs", mnt / "journal", None
         run1 = FaultObserver(tmp_path, "run1", data, dead_pg_url(), journal_dir=journal, fsize_limit=limit)
+
+        def make_room() -> None:
+            if mode == "tmpfs":
+                assert resize is not None
+                resize(64 * MiB)
+            elif run1.alive():
+                import resource
+
+                resource.prlimit(run1.proc.pid, resource.RLIMIT_FSIZE, (64 * MiB, resource.RLIM_INFINITY))
+
         with running(run1):
-            for tid in tids:
+            for tid in tids[:sent]:
                 res = llm_stream(run1, upstream, tid, _long_query())
                 check_complete(res, upstream.wait_exchange(tid).raw_body, tid)  # forwarding never stops
             assert run1.alive(), run1.describe()
-            log1 = run1.log_text()
+            assert "journal: cannot write" in run1.log_text(), "the journal never hit the full disk"
+            if room == "while_running":
+                make_room()
+                time.sleep(1.2)  # the journal retries after retry_s (1 s) of a disk error
+                tid = tids[sent]
+                res = llm_stream(run1, upstream, tid, _long_query())
+                check_complete(res, upstream.wait_exchange(tid).raw_body, tid)
+                sent += 1
+                tids = tids[:sent]
+                settled_segment_bytes(journal)
+            else:
+                tids = tids[:sent]
+                if room == "after_stop_idle":
+                    time.sleep(1.5)  # > retry_s: the journal is no longer blocked by the last failure
             code = run1.stop(timeout=30)
         assert code == 0, run1.describe()
-        assert "journal: cannot write" in log1, "the journal never hit the full disk"
         counts1 = run1.shutdown_counts()
         used = segment_bytes(journal)
-        print(f"\ndisk ({mode}): segments {used} B on a {fs_size} B filesystem; shutdown line {counts1}")
+        print(f"\ndisk ({mode}, room {room}): segments {used} B on a {fs_size} B filesystem; shutdown {counts1}")
 
-        # Room again, and a reachable store: the journal drains into it.
-        if mode == "tmpfs":
-            assert resize is not None
-            resize(64 * MiB)
+        if room != "while_running":
+            make_room()
         store = tmp_path / "store.db"
         run2 = FaultObserver(tmp_path, "run2", data, migrated_sqlite(store), journal_dir=journal)
         old = sorted(p.name for p in journal.glob("seg-*.log"))
@@ -774,6 +862,7 @@ def test_journal_disk_full_keeps_forwarding_and_records_the_loss(upstream: Upstr
                 interval=0.2,
                 what="the first run's segments stored and deleted",
             )
+            start2 = run2.startup_counts()
             code = run2.stop(timeout=30)
         assert code == 0, run2.describe()
 
@@ -781,12 +870,17 @@ def test_journal_disk_full_keeps_forwarding_and_records_the_loss(upstream: Upstr
     gaps = sqlite_rows(store, "SELECT seq, seq_end, dropped, reason FROM gaps")
     stored_tids = [as_json(r[2])["metadata"]["session_id"] for r in rows]
     k = len(rows)
+    print(f"disk: {k} stored, gaps {gaps}; second start {start2}")
     assert len(set(stored_tids)) == k and set(stored_tids) <= set(tids)
     assert 0 < k < sent, f"{k} of {sent} stored: the disk never filled, or took nothing"
     for outcome, text, _req in rows:
         assert (outcome, text) == ("completed", full)
+    if room == "while_running":
+        assert tids[-1] in stored_tids, "the stream after space came back was not stored"
     assert gaps, f"no gap row; {sent - k} records lost without a trace (shutdown line {counts1})"
     assert {g[3] for g in gaps} <= {"disk_error", "spool_full"}, gaps
     assert sum(g[2] for g in gaps) + k == sent, f"stored {k} + dropped {[g[2] for g in gaps]} != sent {sent}"
-    # (e) the first run's counts add up to what was sent and what was stored.
+    # (e) the first run's counts add up to what was sent and what was stored; the second start
+    # found the first run's records waiting and no exchange left open.
     assert counts1["journaled"] == k and counts1["dropped"] == sent - k, counts1
+    assert (start2["waiting"], start2["recovered"]) == (k, 0), start2

@@ -457,9 +457,13 @@ def test_a_record_the_database_refuses_leaves_a_rejected_gap_and_a_copy(
             return self.store.write_many(records, **kw)
 
     directory = tmp_path / "j"
-    journal, drainer = _pipeline(directory, Refusing(store))
-    for rid in ("a", "poison", "b"):
+    journal = Journal(directory)
+    journal.open()
+    for rid in ("a", "poison", "b"):  # queued before the thread starts: one round, one batch
         journal.record(make_exchange(rid, T0))
+    journal.start(1)
+    drainer = Drainer(Refusing(store), journal)
+    drainer.start()
     _wait_until(lambda: drainer.written == 2 and drainer.rejected == 1)
     _stop(journal, drainer)
     assert _stored(store) == [("a", 1), ("b", 3)]
@@ -534,3 +538,23 @@ def test_a_legacy_spool_is_imported_once(tmp_path: Path, make_exchange: Callable
     assert record.id == "old-1"
     assert not spool.exists() and (tmp_path / "spool.jsonl.imported").exists()
     assert _legacy_spool(spool) == []
+
+
+def test_short_writes_are_resumed_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.writev`` may write less than asked (a signal, a full disk at the edge): the rest of
+    the part it stopped in, then the following parts, are written in order."""
+    from observer.journal import journal as journal_module
+
+    real = os.writev
+
+    def short(fd: int, buffers: list[bytes]) -> int:
+        return real(fd, [bytes(buffers[0])[:3]]) if len(buffers) > 1 else real(fd, buffers)
+
+    monkeypatch.setattr(os, "writev", short)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        journal_module._write_all(fd, [b"abcdef", b"gh", b"ijk"] * 2)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"abcdefghijk" * 2

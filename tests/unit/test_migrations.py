@@ -24,6 +24,7 @@ TABLES = {
     "exchange_violations",
     "gaps",
     "store_meta",
+    "checkpoints",
 }
 
 

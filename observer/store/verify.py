@@ -1,0 +1,295 @@
+"""``verify``: recomputes every writer's hash chain (``observer.store.chain``) from the rows as
+stored and checks its signed checkpoints (``observer.store.checkpoint``).
+
+Per writer, its records and gaps in ``seq`` order must number 1, 2, 3, ... (a gap takes
+``seq``..``seq_end``) and each stored ``record_hash`` must equal the hash recomputed from the row
+and the previous entry's hash. What each kind of change looks like:
+
+- a changed field (metadata or content): ``hash mismatch`` at that row;
+- a row deleted in the middle: ``seq missing`` at the next row;
+- rows reordered (seq values swapped) or a forged row inserted: ``hash mismatch`` (the seq is
+  committed) or ``seq missing`` / ``seq repeated``;
+- the newest rows deleted (the tail): ``tail deleted`` when a checkpoint names a seq beyond the
+  last row (or one kept elsewhere does: ``exported``);
+- a checkpoint changed or signed by another key: ``checkpoint`` breaks (signature, key, its
+  note against its columns, its head hash against the chain, its link to the one before).
+
+The first break of each writer is reported (writer, seq, record id, reason), and the rest of that
+writer's chain is not trusted: reading it stops there. With ``since``/``until`` only the entries
+from the first record started at or after ``since`` to the last started at or before ``until``
+are recomputed, from the stored hash of the entry before them (trusted as the anchor).
+
+Rows without ``writer_id`` (stored before the journal) are counted as ``unchained``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
+from observer.store.checkpoint import ZERO_HASH, check_checkpoint, note_hash
+from observer.store.models import ExchangeRow, GapRow
+from observer.store.rows import exchange_from_row
+from observer.store.store import AuditStore
+
+PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Break:
+    """Where a writer's chain stops being trustworthy."""
+
+    writer_id: str
+    seq: int | None
+    record_id: str | None
+    reason: str
+
+    def line(self) -> str:
+        where = f"seq {self.seq}" if self.seq is not None else "its end"
+        rid = f", record {self.record_id}" if self.record_id else ""
+        return f"writer {self.writer_id}, {where}{rid}: {self.reason}"
+
+
+@dataclass(slots=True)
+class Report:
+    """``verify``'s result: entries checked per writer, checkpoints checked, rows outside any
+    chain, the breaks (first per writer) and warnings (not breaks)."""
+
+    entries: dict[str, int] = field(default_factory=dict)
+    checkpoints: int = 0
+    unchained: int = 0
+    breaks: list[Break] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.breaks
+
+
+def verify(
+    store: AuditStore,
+    public_key: Ed25519PublicKey | None,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    exported: list[dict[str, Any]] | None = None,
+    progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
+) -> Report:
+    """Checks every writer of ``store`` (see the module docstring). ``public_key``: the trusted
+    checkpoint key (``None``: checkpoints are not checked, a warning says so). ``exported``:
+    checkpoint rows kept elsewhere (``observer checkpoint export``), compared with the store.
+    ``progress(n)`` is called with the entries done since its last call; ``total(n)`` once
+    with the number to do. Database errors propagate."""
+    report = Report()
+    store_id = store.store_id()
+    ex = ExchangeRow.__table__
+    with store.engine.connect() as conn:
+        report.unchained = conn.scalar(select(func.count()).select_from(ex).where(ex.c.writer_id.is_(None))) or 0
+    writers = store.writers()
+    plans = {w: _range(store, w, since, until) for w in writers}
+    if total is not None:
+        total(sum(stop - start + 1 for start, stop in plans.values() if stop >= start))
+    if public_key is None:
+        report.warnings.append("no checkpoint key given: checkpoints were not checked")
+    for writer in writers:
+        start, stop = plans[writer]
+        checkpoints = store.checkpoints(writer)
+        wanted = {c["seq"] for c in checkpoints}
+        heads: dict[int, str] = {}
+        brk, count, last_seq = _walk(store, writer, start, stop, wanted, heads, progress)
+        report.entries[writer] = count
+        if brk is None and public_key is not None:
+            brk = _check_checkpoints(writer, checkpoints, heads, public_key, store_id, last_seq, stop, since, until)
+            report.checkpoints += len(checkpoints)
+        if brk is None and exported:
+            brk = _check_exported(writer, exported, checkpoints, last_seq)
+        if brk is not None:
+            report.breaks.append(brk)
+    return report
+
+
+def _range(store: AuditStore, writer: str, since: datetime | None, until: datetime | None) -> tuple[int, int]:
+    """(first seq, last seq) to recompute: all, or those of records started in the range
+    (gaps between them included)."""
+    ex, gap = ExchangeRow.__table__, GapRow.__table__
+    with store.engine.connect() as conn:
+        last = max(
+            conn.scalar(select(func.max(ex.c.seq)).where(ex.c.writer_id == writer)) or 0,
+            conn.scalar(select(func.max(gap.c.seq_end)).where(gap.c.writer_id == writer)) or 0,
+        )
+        first = 1
+        if since is not None:
+            first = (
+                conn.scalar(select(func.min(ex.c.seq)).where(ex.c.writer_id == writer, ex.c.started_at >= since))
+                or last + 1
+            )
+        if until is not None:
+            last = (
+                conn.scalar(select(func.max(ex.c.seq)).where(ex.c.writer_id == writer, ex.c.started_at <= until)) or 0
+            )
+    return first, last
+
+
+def _entries(store: AuditStore, writer: str, start: int, stop: int) -> Iterator[tuple[int, Any, bool]]:
+    """(seq, row, is_gap) of the writer from ``start`` to ``stop``, in seq order (a record and
+    a gap with one seq both come: the walk reports it)."""
+    gaps = [g for g in store.gaps(writer) if g["seq_end"] >= start and g["seq"] <= stop]
+    gi = 0
+    last = start - 1
+    with Session(store.engine) as session:
+        while True:
+            page = session.scalars(
+                select(ExchangeRow)
+                .where(ExchangeRow.writer_id == writer, ExchangeRow.seq > last, ExchangeRow.seq <= stop)
+                .order_by(ExchangeRow.seq)
+                .limit(PAGE)
+                .options(
+                    selectinload(ExchangeRow.blocks),
+                    selectinload(ExchangeRow.tool_calls),
+                    selectinload(ExchangeRow.violations),
+                )
+            ).all()
+            for row in page:
+                while gi < len(gaps) and gaps[gi]["seq"] <= row.seq:
+                    yield gaps[gi]["seq"], gaps[gi], True
+                    gi += 1
+                yield row.seq, row, False
+            session.expunge_all()
+            if len(page) < PAGE:
+                break
+            last = page[-1].seq
+    while gi < len(gaps):
+        yield gaps[gi]["seq"], gaps[gi], True
+        gi += 1
+
+
+def _anchor(store: AuditStore, writer: str, start: int) -> bytes:
+    """The stored hash of the entry before ``start`` (``GENESIS`` before seq 1)."""
+    if start <= 1:
+        return GENESIS
+    ex, gap = ExchangeRow.__table__, GapRow.__table__
+    with store.engine.connect() as conn:
+        h = conn.scalar(select(ex.c.record_hash).where(ex.c.writer_id == writer, ex.c.seq == start - 1))
+        if h is None:
+            h = conn.scalar(select(gap.c.record_hash).where(gap.c.writer_id == writer, gap.c.seq_end == start - 1))
+    return bytes.fromhex(h) if h else GENESIS
+
+
+def _walk(
+    store: AuditStore,
+    writer: str,
+    start: int,
+    stop: int,
+    wanted: set[int],
+    heads: dict[int, str],
+    progress: Callable[[int], None] | None,
+) -> tuple[Break | None, int, int]:
+    """Recomputes the chain; (first break, entries checked, last seq reached)."""
+    prev = _anchor(store, writer, start)
+    expected = start
+    count = 0
+    pending = 0
+    for seq, row, is_gap in _entries(store, writer, start, stop):
+        rid = None if is_gap else row.id
+        if seq < expected:
+            return Break(writer, seq, rid, "seq repeated (a row inserted, or rows reordered)"), count, expected - 1
+        if seq > expected:
+            missing = f"{expected}" if seq == expected + 1 else f"{expected}..{seq - 1}"
+            return Break(writer, expected, rid, f"seq {missing} missing (a row deleted)"), count, expected - 1
+        if is_gap:
+            canonical = canonical_gap(row, writer)
+            stored = row["record_hash"]
+            end = row["seq_end"]
+        else:
+            canonical = canonical_record(exchange_from_row(row).to_dict(), writer, seq)
+            stored = row.record_hash
+            end = seq
+        h = chain_hash(prev, canonical)
+        if stored != h.hex():
+            what = "gap" if is_gap else "record"
+            return (
+                Break(writer, seq, rid, f"hash mismatch: this {what}, or the order before it, was changed"),
+                count,
+                expected - 1,
+            )
+        if end in wanted:
+            heads[end] = stored
+        prev = h
+        expected = end + 1
+        count += 1
+        pending += 1
+        if progress is not None and pending >= PAGE:
+            progress(pending)
+            pending = 0
+    if progress is not None and pending:
+        progress(pending)
+    return None, count, expected - 1
+
+
+def _check_checkpoints(
+    writer: str,
+    checkpoints: list[dict[str, Any]],
+    heads: dict[int, str],
+    public: Ed25519PublicKey,
+    store_id: str,
+    last_seq: int,
+    stop: int,
+    since: datetime | None,
+    until: datetime | None,
+) -> Break | None:
+    prev = ZERO_HASH
+    for i, cp in enumerate(checkpoints, 1):
+        where = f"checkpoint {cp['number']}"
+        if cp["number"] != i:
+            return Break(writer, cp["seq"], None, f"{where}: checkpoint {i} missing (deleted)")
+        problem = check_checkpoint(cp, public, store_id)
+        if problem is not None:
+            return Break(writer, cp["seq"], None, f"{where}: {problem}")
+        if cp["prev_hash"] != prev:
+            return Break(writer, cp["seq"], None, f"{where}: does not follow checkpoint {i - 1}")
+        prev = note_hash(cp["note"])
+        if since is None and until is None and cp["seq"] > last_seq:
+            return Break(
+                writer,
+                last_seq + 1,
+                None,
+                f"tail deleted: {where} covers seq {cp['seq']}, the store ends at seq {last_seq}",
+            )
+        head = heads.get(cp["seq"])
+        if head is not None and head != cp["head_hash"]:
+            return Break(writer, cp["seq"], None, f"{where}: names another head than the chain (rewritten)")
+    return None
+
+
+def _check_exported(
+    writer: str, exported: list[dict[str, Any]], checkpoints: list[dict[str, Any]], last_seq: int
+) -> Break | None:
+    stored = {c["number"]: c for c in checkpoints}
+    for cp in exported:
+        if cp["writer_id"] != writer:
+            continue
+        mine = stored.get(cp["number"])
+        if mine is None:
+            if cp["seq"] > last_seq:
+                return Break(
+                    writer,
+                    last_seq + 1,
+                    None,
+                    f"tail deleted: exported checkpoint {cp['number']} covers seq {cp['seq']},"
+                    f" the store ends at seq {last_seq}",
+                )
+            return Break(writer, cp["seq"], None, f"exported checkpoint {cp['number']} is missing from the store")
+        if mine["note"] != cp["note"] or mine["signature"] != cp["signature"]:
+            return Break(writer, cp["seq"], None, f"checkpoint {cp['number']} differs from its exported copy")
+    return None
+
+
+__all__ = ["Break", "Report", "verify"]
