@@ -5,12 +5,16 @@ CloudTrail digests and Certificate Transparency's domain-separated hashing.
 ``record_hash(n) = SHA-256(DOMAIN || canonical(n) || record_hash(n-1))``, with ``GENESIS`` (32
 zero bytes) before a writer's first entry, over the writer's records and gaps in ``seq`` order.
 
-**Canonical bytes** (``canonical_record``, ``canonical_gap``): JSON of one object with keys
-sorted, no whitespace, ASCII only (``\\uXXXX`` escapes, lone surrogates included), integers in
-decimal, a float that is a whole number as that integer (PostgreSQL's ``jsonb`` gives ``1e20``
-back as an integer), other floats as Python's shortest round-trip ``repr``, times as RFC 3339
-UTC with microseconds (``Exchange.to_dict``). So the bytes depend only on the values, not on the
-database (SQLite or PostgreSQL), its column order or its JSON key order.
+**Canonical bytes** (``canonical_record``, ``canonical_gap``): RFC 8259 JSON of one object as
+``orjson.dumps(obj, option=OPT_SORT_KEYS)`` writes it: UTF-8, no whitespace, object keys sorted
+by code point, integers in decimal, floats in their shortest round-trip form, control
+characters escaped (``\\n``, ``\\u001f``, ...); an object orjson cannot encode (a lone
+surrogate, an integer beyond 64 bits) is written by Python's ``json.dumps`` with the same sorting
+and separators, ``ensure_ascii=False``, as UTF-8 with ``surrogatepass``. Times are RFC 3339 UTC
+with microseconds (``Exchange.to_dict``). So the bytes depend only on the values, not on the
+database (SQLite or PostgreSQL), its column order or its JSON key order. (Values the database
+would give back differently are made storable first, ``observer.store.portable``: a negative
+zero or a whole-number float of 2^53 or more in request JSON.)
 
 A record's object is its ``Exchange.to_dict()`` without the derived keys (``text``,
 ``request_model``), with ``"kind": "exchange"``, ``"writer_id"`` and ``"seq"`` added, and each
@@ -31,6 +35,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from observer.shape import rfc3339
 
 DOMAIN = b"llm-audit/v1\x00"
@@ -48,22 +54,13 @@ CONTENT_FIELDS = (
 )
 
 
-def _normal(value: Any) -> Any:
-    """``value`` with every whole-number float made an int (see the module docstring)."""
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
-    if isinstance(value, dict):
-        return {k: _normal(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_normal(v) for v in value]
-    return value
-
-
 def canonical_json(value: Any) -> bytes:
     """The canonical JSON bytes of ``value`` (JSON types only; ``TypeError`` otherwise)."""
-    return json.dumps(_normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode(
-        "ascii"
-    )
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer beyond 64 bits
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8", "surrogatepass")
 
 
 def digest(value: Any) -> dict[str, str]:
@@ -72,34 +69,36 @@ def digest(value: Any) -> dict[str, str]:
     return {"sha256": hashlib.sha256(raw).hexdigest()}
 
 
-def _replace(node: Any, path: tuple[str, ...]) -> None:
-    head, rest = path[0], path[1:]
-    if head == "[]":
-        for item in node:
-            _replace(item, rest)
-        return
-    if not isinstance(node, dict) or head not in node:
-        return
-    if not rest:
-        if node[head] is not None:
-            node[head] = digest(node[head])
-    else:
-        _replace(node[head], rest)
+def _digests(items: Any, key: str) -> Any:
+    """A list of dicts with ``key`` replaced by its digest (new dicts; anything else as is)."""
+    if not isinstance(items, list):
+        return items
+    out = []
+    for item in items:
+        if isinstance(item, dict) and item.get(key) is not None:
+            item = {**item, key: digest(item[key])}
+        out.append(item)
+    return out
 
 
 def committed_record(record: Mapping[str, Any], writer_id: str, seq: int) -> dict[str, Any]:
-    """The object a record's hash commits to (content fields as digests)."""
+    """The object a record's hash commits to (``CONTENT_FIELDS`` as digests; the caller's
+    dicts are not changed)."""
     obj: dict[str, Any] = {k: v for k, v in record.items() if k not in DERIVED_KEYS}
-    # Copy what is replaced (never the caller's dicts).
-    if isinstance(obj.get("request"), dict):
-        obj["request"] = dict(obj["request"])
-    for key in ("blocks", "tool_calls"):
-        if isinstance(obj.get(key), list):
-            obj[key] = [dict(item) for item in obj[key]]
-    if isinstance(obj.get("error"), dict):
-        obj["error"] = dict(obj["error"])
-    for path in CONTENT_FIELDS:
-        _replace(obj, path)
+    request = obj.get("request")
+    if isinstance(request, dict):
+        request = dict(request)
+        for key in ("messages", "tools"):
+            if request.get(key) is not None:
+                request[key] = digest(request[key])
+        obj["request"] = request
+    obj["blocks"] = _digests(obj.get("blocks"), "text")
+    obj["tool_calls"] = _digests(obj.get("tool_calls"), "arguments")
+    if obj.get("response_body") is not None:
+        obj["response_body"] = digest(obj["response_body"])
+    error = obj.get("error")
+    if isinstance(error, dict) and error.get("message") is not None:
+        obj["error"] = {**error, "message": digest(error["message"])}
     obj["kind"] = "exchange"
     obj["writer_id"] = writer_id
     obj["seq"] = seq

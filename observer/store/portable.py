@@ -5,7 +5,8 @@ writer thread (never on the proxy's event loop).
   it is replaced by U+FFFD on every backend, so records stay identical across SQLite and
   PostgreSQL, and one ``unstorable_character`` violation names the fields that changed.
 - A whole-number float of 2^53 or more in request JSON becomes the exact integer it is (see
-  ``WHOLE_FLOAT_MIN``).
+  ``WHOLE_FLOAT_MIN``), and -0.0 becomes 0.0: PostgreSQL's ``jsonb`` would give both back as
+  other numbers, and the record read back (and its chain hash) must be the one written.
 - JSON nested deeper than ``MAX_JSON_DEPTH`` levels (a 2 KB request of 1000 brackets was enough
   to crash recursive code and to make the API's serialiser fail) is cut: the too-deep value is
   replaced by a marker string and one ``unstorable_character`` violation says so.
@@ -39,8 +40,12 @@ def _clean(value: Any, path: str, hits: list[str]) -> Any:
             hits.append(path)
             return value.replace(NUL, REPLACEMENT)
         return value
-    if isinstance(value, float) and abs(value) >= WHOLE_FLOAT_MIN and value.is_integer():
-        return int(value)  # the same number; jsonb would keep a different one (its decimal text)
+    if isinstance(value, float):
+        if abs(value) >= WHOLE_FLOAT_MIN and value.is_integer():
+            return int(value)  # the same number; jsonb would keep a different one (its decimal text)
+        if value == 0.0:
+            return 0.0  # -0.0: jsonb's numeric has no negative zero
+        return value
     if not isinstance(value, dict | list):
         return value
     root: list[Any] = [None]

@@ -31,11 +31,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, selectinload
 
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, note_hash
-from observer.store.models import ExchangeRow, GapRow
+from observer.store.models import BlockRow, ExchangeRow, GapRow, ToolCallRow, ViolationRow
 from observer.store.rows import exchange_from_row
 from observer.store.store import AuditStore
 
@@ -138,31 +137,57 @@ def _range(store: AuditStore, writer: str, since: datetime | None, until: dateti
     return first, last
 
 
+class _Loaded:
+    """An ``exchanges`` row (Core) with its child rows, read as ``exchange_from_row`` reads an
+    ORM row (attributes: the row's columns copied into ``__dict__``)."""
+
+    def __init__(self, keys: list[str], row: Any) -> None:
+        self.__dict__.update(zip(keys, row))
+        self.blocks: list[Any] = []
+        self.tool_calls: list[Any] = []
+        self.violations: list[Any] = []
+
+
+_CHILD_TABLES = (
+    ("blocks", BlockRow.__table__),
+    ("tool_calls", ToolCallRow.__table__),
+    ("violations", ViolationRow.__table__),
+)
+
+
 def _entries(store: AuditStore, writer: str, start: int, stop: int) -> Iterator[tuple[int, Any, bool]]:
     """(seq, row, is_gap) of the writer from ``start`` to ``stop``, in seq order (a record and
-    a gap with one seq both come: the walk reports it)."""
+    a gap with one seq both come: the walk reports it). Pages of ``PAGE`` records, read with
+    Core statements (one per table and page)."""
     gaps = [g for g in store.gaps(writer) if g["seq_end"] >= start and g["seq"] <= stop]
     gi = 0
     last = start - 1
-    with Session(store.engine) as session:
+    ex = ExchangeRow.__table__
+    with store.engine.connect() as conn:
         while True:
-            page = session.scalars(
-                select(ExchangeRow)
-                .where(ExchangeRow.writer_id == writer, ExchangeRow.seq > last, ExchangeRow.seq <= stop)
-                .order_by(ExchangeRow.seq)
+            result = conn.execute(
+                select(ex)
+                .where(ex.c.writer_id == writer, ex.c.seq > last, ex.c.seq <= stop)
+                .order_by(ex.c.seq)
                 .limit(PAGE)
-                .options(
-                    selectinload(ExchangeRow.blocks),
-                    selectinload(ExchangeRow.tool_calls),
-                    selectinload(ExchangeRow.violations),
-                )
-            ).all()
+            )
+            keys = list(result.keys())
+            page = [_Loaded(keys, r) for r in result]
+            by_id = {r.id: r for r in page}
+            if page:
+                ids = list(by_id)
+                for name, table in _CHILD_TABLES:
+                    for child in conn.execute(
+                        select(table)
+                        .where(table.c.exchange_id.in_(ids))
+                        .order_by(table.c.exchange_id, table.c.position)
+                    ):
+                        getattr(by_id[child.exchange_id], name).append(child)
             for row in page:
                 while gi < len(gaps) and gaps[gi]["seq"] <= row.seq:
                     yield gaps[gi]["seq"], gaps[gi], True
                     gi += 1
                 yield row.seq, row, False
-            session.expunge_all()
             if len(page) < PAGE:
                 break
             last = page[-1].seq

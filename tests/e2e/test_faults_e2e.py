@@ -623,11 +623,11 @@ def bodyless_llm_probe(obs: ObserverProcess, upstream: UpstreamServer, tid: str)
 @contextlib.contextmanager
 def fail_closed_with_full_journal(
     upstream: UpstreamServer, tmp_path: Path
-) -> Iterator[tuple[LocalPostgres, FaultObserver, list[str], Iterator[str]]]:
+) -> Iterator[tuple[LocalPostgres, FaultObserver, list[str], list[str], Iterator[str]]]:
     """``fail_closed`` refuses to start without a reachable database, so the store is a PostgreSQL
     instance of the test's own, stopped once the proxy runs: nothing drains and streams fill the
-    1 MiB journal. Yields (pg, the observer, the tids of the streams sent, fresh tids) once the
-    segments on disk reach the bound."""
+    1 MiB journal. Yields (pg, the observer, the tids of the streams accepted, of those refused,
+    fresh tids) once the segments on disk reach the bound."""
     pg = LocalPostgres()
     try:
         pg.init()
@@ -645,16 +645,23 @@ def fail_closed_with_full_journal(
             pg.stop("fast")
             tids = iter(new_tids("closed", 500))
             accepted: list[str] = []
+            refused: list[str] = []
             for _ in range(60):  # ~16 fit in 1 MiB
                 tid = next(tids)
                 res = llm_stream(obs, upstream, tid, _long_query(), timeout=10)
+                if res.status != 200 and upstream.get(tid) is None:
+                    # Full already (the size below was read before the last record landed):
+                    # refused, cleanly (503) or not (the bug test_fail_closed_refuses_an_llm_
+                    # request_with_a_body shows). Never forwarded either way.
+                    refused.append(tid)
+                    break
                 check_complete(res, upstream.wait_exchange(tid).raw_body, tid)
                 accepted.append(tid)
                 if settled_segment_bytes(journal) >= MiB:
                     break
-            assert segment_bytes(journal) >= MiB, f"the journal did not fill after {len(accepted)} streams"
+            assert settled_segment_bytes(journal) >= MiB, f"the journal did not fill after {len(accepted)} streams"
             time.sleep(0.3)  # the journal thread's round after the last record: it knows it is full
-            yield pg, obs, accepted, tids
+            yield pg, obs, accepted, refused, tids
     finally:
         pg.cleanup()
 
@@ -667,8 +674,7 @@ def test_full_spool_fail_closed_refuses_llm_requests_until_the_store_is_back(
     traffic passes; once the database is back the journal drains and LLM requests pass again.
     The probes are LLM requests without a body: one with a body is not refused cleanly (see
     ``test_fail_closed_refuses_an_llm_request_with_a_body``)."""
-    refused: list[str] = []
-    with fail_closed_with_full_journal(upstream, tmp_path) as (pg, obs, accepted, tids):
+    with fail_closed_with_full_journal(upstream, tmp_path) as (pg, obs, accepted, refused, tids):
         for _ in range(3):
             tid = next(tids)
             res = bodyless_llm_probe(obs, upstream, tid)
@@ -737,7 +743,7 @@ def test_full_spool_fail_closed_refuses_llm_requests_until_the_store_is_back(
     " the client gets no 503 (it waits until its own timeout)",
 )
 def test_fail_closed_refuses_an_llm_request_with_a_body(upstream: UpstreamServer, tmp_path: Path) -> None:
-    with fail_closed_with_full_journal(upstream, tmp_path) as (_pg, obs, _accepted, tids):
+    with fail_closed_with_full_journal(upstream, tmp_path) as (_pg, obs, _accepted, _earlier, tids):
         tid = next(tids)
         res = llm_stream(obs, upstream, tid, _long_query(), timeout=5)
         assert upstream.get(tid) is None, "a request was forwarded while the journal was full"

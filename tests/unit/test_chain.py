@@ -61,7 +61,7 @@ def test_canonical_record_bytes_and_hash_by_hand(make_exchange: Callable[..., Ex
         '"version":null},"request_id":null,"response_body":null,"response_bytes":0,"scheme":"http","seq":7,'
         '"started_at":"2026-06-01T08:00:00.000000Z","status_code":200,"stop_reason":null,"stop_reason_raw":null,'
         '"tool_calls":[{"arguments":{"sha256":"' + sha(b'{"a":1}') + '"},"declared":false,"id":"c1","index":0,'
-        '"name":"f"}],"transport_error":null,"ttft_s":2,"usage":{"input_tokens":null,"output_tokens":null,'
+        '"name":"f"}],"transport_error":null,"ttft_s":2.0,"usage":{"input_tokens":null,"output_tokens":null,'
         '"reported":false},"violations":[],"writer_id":"w1"}'
     )
     assert got.decode() == expected
@@ -303,6 +303,8 @@ def test_the_chain_verifies_whatever_the_database_does_to_json(
     record.request.parameters = {"zeta": 1, "alpha": {"y": 2.0, "b": 1e300, "a": [0.1, -0.0, 2**70]}}
     record.request.metadata = {"b": "x", "a": "ünïcode ✓"}
     store.write_many([record], writer_id="w-json", seqs=[1])
+    alpha = store.get("j1")["request"]["parameters"]["alpha"]
+    assert alpha == {"y": 2.0, "b": int(1e300), "a": [0.1, 0.0, 2**70]}  # orjson alone read 2**70 as a float
     assert verify(store, None).ok
     with store.engine.begin() as conn:
         conn.execute(
