@@ -215,6 +215,7 @@ def verify(
 
     Exit 0: everything verifies; 1: a break (each writer's first: writer, seq, record id,
     reason); 2: bad arguments or the store cannot be read."""
+    from observer.shape import rfc3339
     from observer.store.store import AuditStore
     from observer.store.verify import verify as run_verify
 
@@ -246,6 +247,8 @@ def verify(
         store.dispose()
     for warning in report.warnings:
         typer.echo(f"observer: warning: {warning}", err=True)
+    for writer, at in sorted(report.last_checkpoint.items()):
+        typer.echo(f"observer: writer {writer}: last checkpoint {rfc3339(at)}")
     entries = sum(report.entries.values())
     summary = f"{entries} entries of {len(report.entries)} writers, {report.checkpoints} checkpoints checked" + (
         f"; {report.unchained} records stored before the chain (not chained)" if report.unchained else ""

@@ -58,10 +58,12 @@ class Break:
 
 @dataclass(slots=True)
 class Report:
-    """``verify``'s result: entries checked per writer, checkpoints checked, rows outside any
-    chain, the breaks (first per writer) and warnings (not breaks)."""
+    """``verify``'s result: entries checked per writer, the time of each writer's last
+    checkpoint (a deleted tail with its checkpoints shows as a silence since then), checkpoints
+    checked, rows outside any chain, the breaks (first per writer) and warnings (not breaks)."""
 
     entries: dict[str, int] = field(default_factory=dict)
+    last_checkpoint: dict[str, datetime] = field(default_factory=dict)
     checkpoints: int = 0
     unchained: int = 0
     breaks: list[Break] = field(default_factory=list)
@@ -101,6 +103,8 @@ def verify(
     for writer in writers:
         start, stop = plans[writer]
         checkpoints = store.checkpoints(writer)
+        if checkpoints:
+            report.last_checkpoint[writer] = checkpoints[-1]["created_at"]
         wanted = {c["seq"] for c in checkpoints}
         heads: dict[int, str] = {}
         brk, count, last_seq = _walk(store, writer, start, stop, wanted, heads, progress)

@@ -274,6 +274,7 @@ def test_verify_on_the_command_line(chained: AuditStore, key: CheckpointKey, db_
     ok = runner.invoke(app, ["verify", "--db", db_url, "--key", str(public)])
     assert ok.exit_code == 0, ok.output
     assert f"observer: verified: {LAST} entries of 1 writers, 3 checkpoints checked" in ok.output
+    assert f"observer: writer {chained.writers()[0]}: last checkpoint 20" in ok.output
     out = tmp_path / "cps.jsonl"
     exported = runner.invoke(app, ["checkpoint", "export", "--db", db_url, "--out", str(out)])
     assert exported.exit_code == 0 and len(out.read_text().splitlines()) == 3
