@@ -183,7 +183,12 @@ class LLMAudit:
             ctx.master.shutdown()
             return
         if not self._custom_sink and self._journal is None:
-            self._start_writer()
+            try:
+                self._start_writer()
+            except ConfigError as exc:  # the journal in use, a key that cannot be read: not recording
+                log.error("observer: not recording: %s", exc)
+                ctx.master.shutdown()
+                return
             if self._settings.gc_freeze:
                 _freeze_startup_heap()
         self._start_worker()
@@ -452,7 +457,8 @@ class LLMAudit:
     # ----- helpers -----
     def _refuse(self, flow: http.HTTPFlow) -> None:
         """``fail_closed``: an LLM request that could not be recorded gets 503 from the proxy."""
-        flow.request.stream = True
+        # (Not ``request.stream``: mitmproxy refuses a response set on a streamed request with a
+        # body, and the client would hang. The body is read, bounded by mitmproxy, and dropped.)
         flow.response = http.Response.make(503, _REFUSAL, {"content-type": "application/json", "retry-after": "5"})
         self.refused_requests += 1
         now = time.monotonic()

@@ -455,7 +455,7 @@ class Journal:
         batch = _Batch(self._size, self._next_seq)
         with self._cond:
             base = sum(self._sizes.values()) - self._size  # the other segments
-        if not blocked:
+        if not blocked or final:  # at close, one more try: a gap is small, the disk may take it
             for rid in sorted(self._forget_pending):
                 self._add(batch, fmt.forget_entry(rid), "F", rid, None)
             self._forget_pending.clear()
@@ -493,7 +493,7 @@ class Journal:
         if loop_drops is not None:
             self._add_gap("queue_full", loop_drops.count, loop_drops.first_s, loop_drops.last_s)
         dropping = loop_drops is not None or base + batch.size >= self.max_bytes
-        if not blocked and self._gaps_due(now, final, dropping):
+        if (not blocked or final) and self._gaps_due(now, final, dropping):
             self._add_gaps(batch)
         if batch.parts and not self._commit(batch, now):
             blocked = True

@@ -429,8 +429,9 @@ class Drainer:
     def _write(self, records: list[Exchange], seqs: list[int], gaps: list[dict[str, Any]]) -> None:
         writer = self._journal.writer_id
         try:
-            self.duplicates += self._store.write_many(records, writer_id=writer, seqs=seqs, gaps=gaps)
-            self.written += len(records)
+            duplicates = self._store.write_many(records, writer_id=writer, seqs=seqs, gaps=gaps)
+            self.duplicates += duplicates
+            self.written += len(records) - duplicates
             self.gaps += len(gaps)
             return
         except UNAVAILABLE_ERRORS as exc:
@@ -452,8 +453,9 @@ class Drainer:
                     self.gaps += 1
                     continue
                 try:
-                    self.duplicates += self._store.write_many([record], writer_id=writer, seqs=[seq])
-                    self.written += 1
+                    duplicates = self._store.write_many([record], writer_id=writer, seqs=[seq])
+                    self.duplicates += duplicates
+                    self.written += 1 - duplicates
                 except (*UNAVAILABLE_ERRORS, ChainOrderError):
                     raise
                 except Exception as exc:  # noqa: BLE001

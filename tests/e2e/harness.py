@@ -257,7 +257,11 @@ class MitmdumpProcess(ManagedProcess):
             "-s",
             self.script,
         ]
-        for k, v in self.sets.items():
+        sets = dict(self.sets)
+        if Path(self.script).name == "llm_audit.py":  # its journal and key: this process's own
+            sets.setdefault("observer_journal_dir", str(self.workdir / "journal"))
+            sets.setdefault("observer_checkpoint_key", str(self.workdir / "checkpoint-key.pem"))
+        for k, v in sets.items():
             argv += ["--set", f"{k}={v}"]
         return argv
 
@@ -321,6 +325,8 @@ class ObserverProcess(ManagedProcess):
             "--confdir",
             str(self.confdir),
         ]
+        if "--data-dir" not in self.extra_args:  # the journal, key and token: this process's own
+            argv += ["--data-dir", str(self.workdir / "data")]
         for k, v in self.sets.items():
             argv += ["--set", f"{k}={v}"]
         return argv + self.extra_args
