@@ -15,13 +15,11 @@ import base64
 import binascii
 import json
 import logging
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
 from sqlalchemy import Engine, create_engine, event, func, insert, select, text, tuple_
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -349,30 +347,13 @@ def _create_engine(url: str) -> Engine:
     if backend == "postgresql" and "connect_timeout" not in parsed.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     # hide_parameters: driver errors must not carry prompt or completion text into the logs.
-    engine = create_engine(
-        parsed, hide_parameters=True, pool_pre_ping=True, connect_args=connect_args, json_deserializer=_json_loads
-    )
+    engine = create_engine(parsed, hide_parameters=True, pool_pre_ping=True, connect_args=connect_args)
     if backend == "sqlite":
         from observer.store.migrate import prepare_sqlite_file
 
         prepare_sqlite_file(url, make_folder=False)
         event.listen(engine, "connect", _sqlite_on_connect)
     return engine
-
-
-def _json_loads(text: str | bytes) -> Any:
-    """JSON columns read with orjson (several times faster), but with the standard library
-    where orjson would read another value or refuse: a run of 19 digits or more (orjson makes
-    an integer beyond 64 bits a float) or a lone surrogate's escape (kept by the writer)."""
-    if _LONG_DIGITS.search(text if isinstance(text, str) else text.decode("utf-8", "surrogatepass")):
-        return json.loads(text)
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-_LONG_DIGITS = re.compile(r"\d{19}")
 
 
 def _sqlite_on_connect(dbapi_connection: Any, connection_record: Any) -> None:

@@ -146,7 +146,7 @@ class _Loaded:
     ORM row (attributes: the row's columns copied into ``__dict__``)."""
 
     def __init__(self, keys: list[str], row: Any) -> None:
-        self.__dict__.update(zip(keys, row))
+        self.__dict__.update(zip(keys, row, strict=True))
         self.blocks: list[Any] = []
         self.tool_calls: list[Any] = []
         self.violations: list[Any] = []
