@@ -190,10 +190,10 @@ def db_upgrade(db: DbOpt = None) -> None:
 
 
 KeyOpt = Annotated[
-    str | None,
+    list[str] | None,
     typer.Option(
         "--key",
-        help="The trusted checkpoint key: a public key PEM, or the private key file"
+        help="A trusted checkpoint key: a public key PEM, or a private key file; repeat it for several writers"
         " (default: the checkpoint_key setting, else DATA_DIR/checkpoint-key.pem).",
     ),
 ]
@@ -221,7 +221,7 @@ def verify(
 
     _logging()
     settings = _settings(db=db)
-    public = _public_key(settings, key)
+    public = _public_keys(settings, key)
     exported = _read_exported(checkpoints) if checkpoints else None
     store = AuditStore(settings.db)
     bar: Any = None
@@ -295,18 +295,22 @@ def checkpoint_export(
         typer.echo(f"observer: {len(rows)} checkpoints written to {out}", err=True)
 
 
-def _public_key(settings: Settings, given: str | None) -> Any:
+def _public_keys(settings: Settings, given: list[str] | None) -> list[Any]:
+    """The trusted keys: each ``--key`` file, or the configured key file if it exists (none:
+    ``verify`` warns that checkpoints were not checked)."""
     from observer.store.checkpoint import load_public_key
 
-    path = Path(given) if given else settings.checkpoint_key_path
-    try:
-        return load_public_key(path.read_bytes())
-    except FileNotFoundError:
-        if given:
-            _fail(f"no key file {path}")
-        return None  # verify warns: checkpoints unchecked
-    except (OSError, ConfigError) as exc:
-        _fail(f"cannot use the key {path}: {exc}")
+    paths = [Path(g) for g in given] if given else [settings.checkpoint_key_path]
+    keys = []
+    for path in paths:
+        try:
+            keys.append(load_public_key(path.read_bytes()))
+        except FileNotFoundError:
+            if given:
+                _fail(f"no key file {path}")
+        except (OSError, ConfigError) as exc:
+            _fail(f"cannot use the key {path}: {exc}")
+    return keys
 
 
 def _read_exported(path: str) -> list[dict[str, Any]]:

@@ -154,7 +154,7 @@ def check_checkpoint(row: Any, public: Ed25519PublicKey, store_id: str) -> str |
     for ``store_id``, or ``None``: the key, the signature, and the note against the columns."""
     get = row.__getitem__ if isinstance(row, dict) else lambda k: getattr(row, k)
     if get("key_id") != key_id(public):
-        return f"signed by another key ({get('key_id')}, trusted: {key_id(public)})"
+        return f"signed by another key ({get('key_id')}, this writer's: {key_id(public)})"
     try:
         public.verify(base64.b64decode(get("signature"), validate=True), get("note").encode("utf-8"))
     except (InvalidSignature, ValueError):

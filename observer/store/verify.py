@@ -24,7 +24,7 @@ Rows without ``writer_id`` (stored before the journal) are counted as ``unchaine
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
 
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
-from observer.store.checkpoint import ZERO_HASH, check_checkpoint, note_hash
+from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.models import BlockRow, ExchangeRow, GapRow, ToolCallRow, ViolationRow
 from observer.store.rows import exchange_from_row
 from observer.store.store import AuditStore
@@ -76,7 +76,7 @@ class Report:
 
 def verify(
     store: AuditStore,
-    public_key: Ed25519PublicKey | None,
+    trusted: Sequence[Ed25519PublicKey] | Ed25519PublicKey | None,
     *,
     since: datetime | None = None,
     until: datetime | None = None,
@@ -84,8 +84,9 @@ def verify(
     progress: Callable[[int], None] | None = None,
     total: Callable[[int], None] | None = None,
 ) -> Report:
-    """Checks every writer of ``store`` (see the module docstring). ``public_key``: the trusted
-    checkpoint key (``None``: checkpoints are not checked, a warning says so). ``exported``:
+    """Checks every writer of ``store`` (see the module docstring). ``trusted``: the checkpoint
+    keys trusted (each writer's checkpoints must all be signed by one of them, the same one;
+    ``None`` or empty: checkpoints are not checked, a warning says so). ``exported``:
     checkpoint rows kept elsewhere (``observer checkpoint export``), compared with the store.
     ``progress(n)`` is called with the entries done since its last call; ``total(n)`` once
     with the number to do. Database errors propagate."""
@@ -98,7 +99,10 @@ def verify(
     plans = {w: _range(store, w, since, until) for w in writers}
     if total is not None:
         total(sum(stop - start + 1 for start, stop in plans.values() if stop >= start))
-    if public_key is None:
+    if isinstance(trusted, Ed25519PublicKey):
+        trusted = [trusted]
+    keys = {key_id(k): k for k in trusted or ()}
+    if not keys:
         report.warnings.append("no checkpoint key given: checkpoints were not checked")
     for writer in writers:
         start, stop = plans[writer]
@@ -109,8 +113,8 @@ def verify(
         heads: dict[int, str] = {}
         brk, count, last_seq = _walk(store, writer, start, stop, wanted, heads, progress)
         report.entries[writer] = count
-        if brk is None and public_key is not None:
-            brk = _check_checkpoints(writer, checkpoints, heads, public_key, store_id, last_seq, stop, since, until)
+        if brk is None and keys:
+            brk = _check_checkpoints(writer, checkpoints, heads, keys, store_id, last_seq, since, until)
             report.checkpoints += len(checkpoints)
         if brk is None and exported:
             brk = _check_exported(writer, exported, checkpoints, last_seq)
@@ -267,19 +271,27 @@ def _check_checkpoints(
     writer: str,
     checkpoints: list[dict[str, Any]],
     heads: dict[int, str],
-    public: Ed25519PublicKey,
+    keys: dict[str, Ed25519PublicKey],
     store_id: str,
     last_seq: int,
-    stop: int,
     since: datetime | None,
     until: datetime | None,
 ) -> Break | None:
     prev = ZERO_HASH
+    public = keys.get(checkpoints[0]["key_id"]) if checkpoints else None
+    if checkpoints and public is None:
+        trusted = ", ".join(sorted(keys))
+        return Break(
+            writer,
+            checkpoints[0]["seq"],
+            None,
+            f"checkpoint 1: signed by an unknown key ({checkpoints[0]['key_id']}; trusted: {trusted})",
+        )
     for i, cp in enumerate(checkpoints, 1):
         where = f"checkpoint {cp['number']}"
         if cp["number"] != i:
             return Break(writer, cp["seq"], None, f"{where}: checkpoint {i} missing (deleted)")
-        problem = check_checkpoint(cp, public, store_id)
+        problem = check_checkpoint(cp, public, store_id)  # type: ignore[arg-type]
         if problem is not None:
             return Break(writer, cp["seq"], None, f"{where}: {problem}")
         if cp["prev_hash"] != prev:

@@ -239,7 +239,10 @@ def test_a_checkpoint_signed_by_another_key_is_found(chained: AuditStore, key: C
     _sql(chained, "DELETE FROM checkpoints WHERE number = :n", n=last["number"])
     chained.add_checkpoint(forged)
     line = _only_break(chained, key)
-    assert f"checkpoint {last['number']}: signed by another key ({other.key_id}, trusted: {key.key_id})" in line
+    assert f"checkpoint {last['number']}: signed by another key ({other.key_id}, this writer's: {key.key_id})" in line
+    (brk,) = verify(chained, [other.public]).breaks  # trusting only the other key: the first is unknown
+    assert brk.line().endswith(f"checkpoint 1: signed by an unknown key ({key.key_id}; trusted: {other.key_id})")
+    assert verify(chained, [other.public, key.public]).breaks[0].line() == line  # several trusted keys
 
 
 def test_a_rewritten_chain_is_found_by_its_signed_checkpoints(
