@@ -5,7 +5,7 @@ types and fields: ``stream.start``, ``content.delta``, ``seq``, ``stop_reason``,
 the record field names fixed by the skeleton issue (``GET /v1/exchanges/{id}``).
 
 The record classes are the one declaration of the record's shape: ``to_dict``/``from_dict``
-(the JSON of the store's spool and of the API), the store's rows (``observer.store.rows``) and
+(the JSON of the journal's records and of the API), the store's rows (``observer.store.rows``) and
 the API schemas' check (``tests/unit/test_schemas.py``) are derived from their fields
 (``observer.shape``).
 
@@ -204,7 +204,7 @@ class Exchange(Shaped):
     ``ended_at`` aware UTC datetimes (serialised RFC 3339), ``ttft_s`` seconds from the request's
     start to the first generated text. ``response_body`` holds the (capped) body of a non-2xx
     answer; ``transport_error`` the proxy's raw error message when the connection failed
-    (mitmproxy ``flow.error.msg``). ``from_dict`` (the spool's replay) needs every key.
+    (mitmproxy ``flow.error.msg``). ``from_dict`` (the journal's replay) needs every key.
     """
 
     id: str

@@ -3,7 +3,7 @@
 Reads return exactly the JSON shape of ``Exchange.to_dict()`` (``GET /v1/exchanges/{id}``).
 Writes are idempotent on the record id (ids already stored are skipped), so a batch replayed
 after an ambiguous failure (commit done, acknowledgement lost) or after a crash in the middle of a
-spool replay is absorbed instead of failing forever on a duplicate key.
+journal replay is absorbed instead of failing forever on a duplicate key.
 
 The schema is created by the Alembic migrations (``observer.store.migrate.upgrade``); this module
 never calls ``create_all``.
@@ -334,7 +334,7 @@ def exchange_from_dict(d: Mapping[str, Any]) -> Exchange:
     """Rebuilds an ``Exchange`` from its ``to_dict()`` form (derived keys ``text`` and
     ``request_model`` are ignored): ``exchange_from_dict(r.to_dict()).to_dict() == r.to_dict()``.
 
-    Used to replay the writer's JSON-lines spool (``Exchange.from_dict``). Raises ``KeyError``,
+    Used to read the journal's records and an old spool (``Exchange.from_dict``). Raises ``KeyError``,
     ``TypeError`` or ``ValueError`` on a malformed dict.
     """
     return Exchange.from_dict(d)
