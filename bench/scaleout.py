@@ -52,8 +52,9 @@ sys.path.insert(0, str(REPO))
 import sqlalchemy as sa  # noqa: E402
 
 from bench._common import Report, cpu_seconds, tree_cpu_seconds  # noqa: E402
+from bench._pg import PgDatabase  # noqa: E402
 from bench.memory import LLM_CONTENT_TYPE, ClientStats, UpstreamProc, llm_request_body, raise_nofile  # noqa: E402
-from bench.store import DEFAULT_PG_URL, PgDatabase  # noqa: E402
+from bench.store import DEFAULT_PG_URL  # noqa: E402
 from observer.store.migrate import upgrade  # noqa: E402
 from tests.e2e.harness import MitmdumpProcess  # noqa: E402
 
