@@ -41,6 +41,7 @@ DbOpt = Annotated[
 def _logging() -> None:
     """Log to stderr for the commands that have no mitmproxy termlog (``run`` logs through it)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-plugin INFO lines say nothing to an operator
 
 
 def _with_setting_flags(command: Callable[..., None]) -> Callable[..., None]:
@@ -102,15 +103,13 @@ def run(
         check_port_free(settings.api_host, settings.api_port, "--api-port")
     except ObserverError as exc:
         _fail(str(exc))
-    _open_store(settings)
-    try:  # the data folder holds the journal, the token and the CA key: the owner's alone
-        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        _fail(f"cannot make the data folder {settings.data_dir}: {exc.strerror}")
+    _check_url(settings.db)  # an unusable URL stops the run before anything is made
     started: list[subprocess.Popen] = []
 
     def start_api() -> subprocess.Popen:
-        """Called once the proxy accepted every option: the token, the API, the banner."""
+        """Called once the proxy accepted every option: the data folder, the store, the token,
+        the API, the banner (nothing is made or migrated for a run that a bad option stops)."""
+        _open_store(settings)
         started.append(start_api_process(settings, resolve_token(settings)))
         ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
         typer.echo(
@@ -174,6 +173,7 @@ def api(
 
     _logging()
     settings = _settings({"api_host": "--host", "api_port": "--port"}, db=db, api_host=host, api_port=port)
+    _check_url(settings.db)
     token = resolve_token(settings)
     uvicorn.run(
         create_app(AuditStore(settings.db), token), host=settings.api_host, port=settings.api_port, log_level="warning"
@@ -216,14 +216,16 @@ def verify(
     Exit 0: everything verifies; 1: a break (each writer's first: writer, seq, record id,
     reason); 2: bad arguments or the store cannot be read."""
     from observer.shape import rfc3339
-    from observer.store.store import AuditStore
     from observer.store.verify import verify as run_verify
 
     _logging()
     settings = _settings(db=db)
     public = _public_keys(settings, key)
     exported = _read_exported(checkpoints) if checkpoints else None
-    store = AuditStore(settings.db)
+    since_t, until_t = _time_opt("--since", since), _time_opt("--until", until)
+    if since_t is not None and until_t is not None and since_t > until_t:
+        _fail("--since is after --until")
+    store = _open_read_only(settings.db)
     bar: Any = None
     try:
         with contextlib.ExitStack() as stack:
@@ -235,8 +237,8 @@ def verify(
             report = run_verify(
                 store,
                 public,
-                since=_time_opt("--since", since),
-                until=_time_opt("--until", until),
+                since=since_t,
+                until=until_t,
                 exported=exported,
                 progress=lambda n: bar.update(n) if bar is not None else None,
                 total=total,
@@ -271,11 +273,10 @@ def checkpoint_export(
     (``observer verify --checkpoints FILE`` compares them with the store later)."""
     from observer.journal.format import dumps
     from observer.shape import rfc3339
-    from observer.store.store import AuditStore
 
     _logging()
     settings = _settings(db=db)
-    store = AuditStore(settings.db)
+    store = _open_read_only(settings.db)
     try:
         rows = store.checkpoints()
         store_id = store.store_id()
@@ -293,6 +294,28 @@ def checkpoint_export(
         except OSError as exc:
             _fail(f"cannot write {out}: {exc.strerror}")
         typer.echo(f"observer: {len(rows)} checkpoints written to {out}", err=True)
+
+
+@checkpoint_app.command("public-key")
+def checkpoint_public_key(
+    key: Annotated[
+        str | None, typer.Option("--key", help="The key file (default: the checkpoint_key setting).")
+    ] = None,
+) -> None:
+    """Print the checkpoint key's public half (PEM) and its key id: what ``observer verify
+    --key`` needs on a host that must not hold the private key."""
+    from observer.store.checkpoint import key_id, load_public_key, public_pem
+
+    settings = _settings()
+    path = Path(key) if key else settings.checkpoint_key_path
+    try:
+        public = load_public_key(path.read_bytes())
+    except OSError as exc:
+        _fail(f"cannot read the key {path}: {exc.strerror}")
+    except ConfigError as exc:
+        _fail(f"cannot use the key {path}: {exc}")
+    typer.echo(public_pem(public), nl=False)
+    typer.echo(f"observer: key id {key_id(public)}", err=True)
 
 
 def _public_keys(settings: Settings, given: list[str] | None) -> list[Any]:
@@ -366,42 +389,91 @@ def _upgrade(url: str) -> None:
 
 
 def _open_store(settings: Settings) -> None:
-    """``observer run``'s store at start: migrated (``migrate``) and checked against the journal
-    (``observer.store.drain.check_journal_store``). An unusable URL or a journal of another
-    store is a one-line error (exit 2); an unreachable database is a warning (the proxy records
-    to the journal and the drainer stores it when the database answers), or with
-    ``fail_closed`` an error."""
+    """``observer run``'s store, data folder, key and journal at start, in that order: the URL
+    opened and the journal checked against the database (``check_journal_store``, before
+    anything is written there); the data folder made (0700), the checkpoint key read or made,
+    the journal's lock tried; then the migration (``migrate``). An unusable URL, a journal of
+    another store, a bad key or a journal in use is a one-line error (exit 2); an unreachable
+    database is a warning (the proxy records to the journal and the drainer stores it when the
+    database answers), or with ``fail_closed`` an error."""
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
+    from observer.journal.journal import Journal
+    from observer.store.checkpoint import CheckpointKey
     from observer.store.drain import UNAVAILABLE_ERRORS, check_journal_store
     from observer.store.migrate import upgrade
     from observer.store.store import AuditStore
 
     url = settings.db
-    try:
-        if settings.migrate:
-            upgrade(url)
-        store = AuditStore(url)
-        try:
-            check_journal_store(settings.journal_path, store)
-        finally:
-            store.dispose()
-    except (*UNAVAILABLE_ERRORS, OSError) as exc:
-        unreachable = isinstance(exc, OperationalError | ConnectionError | TimeoutError) and not url.startswith(
-            "sqlite"
-        )
-        if not unreachable or settings.fail_closed:
-            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+    def unreachable(exc: BaseException) -> None:
+        reason = _reason(exc)
+        if not isinstance(exc, OperationalError | ConnectionError | TimeoutError) or url.startswith("sqlite"):
             _fail(f"cannot open the audit store {_safe(url)}: {reason}")
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        if settings.fail_closed:
+            _fail(f"cannot open the audit store {_safe(url)}: {reason} (fail_closed: not starting)")
         typer.echo(
             f"observer: WARNING: the audit store {_safe(url)} is unreachable ({reason}); recording to the journal"
             f" {settings.journal_path} until it answers (set fail_closed to refuse to start instead)",
             err=True,
         )
-    except (ArgumentError, NoSuchModuleError, ObserverError) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        _fail(f"cannot open the audit store {_safe(url)}: {reason}")
+
+    reachable = True
+    try:
+        store = AuditStore(url)
+        try:
+            check_journal_store(settings.journal_path, store, url=_safe(url))  # before anything is written there
+        finally:
+            store.dispose()
+    except (*UNAVAILABLE_ERRORS, OSError) as exc:
+        reachable = False
+        unreachable(exc)
+    except (ArgumentError, NoSuchModuleError, ImportError, ObserverError) as exc:
+        _fail(f"cannot open the audit store {_safe(url)}: {_reason(exc)}")
+    try:  # the data folder holds the journal, the token and the keys: the owner's alone
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"cannot make the data folder {settings.data_dir}: {exc.strerror}")
+    try:  # refused now, in one line, rather than by the proxy once it runs
+        CheckpointKey.load_or_create(settings.checkpoint_key_path)
+        probe = Journal(settings.journal_path)
+        probe.open()  # in use by another process: ConfigError
+        probe.close()
+    except ConfigError as exc:
+        _fail(str(exc))
+    if reachable and settings.migrate:
+        try:
+            upgrade(url)
+        except (*UNAVAILABLE_ERRORS, OSError) as exc:
+            unreachable(exc)
+
+
+def _check_url(url: str) -> None:
+    """Exit 2 (one line) for a URL SQLAlchemy cannot parse or whose driver is not installed;
+    nothing is connected or made."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        _fail(f"cannot open the audit store {_safe(url)}: {_reason(exc)}")
+
+
+def _open_read_only(url: str) -> Any:
+    """The store for a command that only reads it (``verify``, ``checkpoint export``): exit 2
+    for an unusable URL or a SQLite file that does not exist (never made empty here)."""
+    from sqlalchemy.engine import make_url
+
+    from observer.store.store import AuditStore
+
+    _check_url(url)
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not Path(path).exists():
+        _fail(f"cannot open the audit store {_safe(url)}: no such file {path}")
+    return AuditStore(url)
 
 
 def _fail(message: str) -> NoReturn:

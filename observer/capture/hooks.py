@@ -206,6 +206,7 @@ class LLMAudit:
 
         settings = self._settings
         url = settings.db
+        key = CheckpointKey.load_or_create(settings.checkpoint_key_path)  # ConfigError before anything opens
         journal = Journal(settings.journal_path, max_bytes=settings.spool_max_bytes, queue_max=settings.queue_max)
         journal.open()
         _pos, acked_seq = read_ack(journal.directory)
@@ -218,7 +219,7 @@ class LLMAudit:
             AuditStore(url),
             journal,
             prepare=(lambda: upgrade(url)) if settings.migrate else None,
-            checkpoint_key=CheckpointKey.load_or_create(settings.checkpoint_key_path),
+            checkpoint_key=key,
             checkpoint_every=settings.checkpoint_every,
             checkpoint_interval_s=settings.checkpoint_interval_s,
         )
@@ -286,20 +287,25 @@ class LLMAudit:
         from observer.store.drain import unstored_records
 
         journal, drainer = self._journal, self._drainer
-        assert journal is not None and drainer is not None
+        assert journal is not None
         journal.close(timeout_s=10.0)
+        if drainer is None:  # its start failed (logged): the records wait in the journal
+            self._journal = None
+            self._flows.set_sink(None)
+            return
         drainer.close(timeout_s=10.0)
         waiting = unstored_records(journal.directory)
         js, ds = journal.stats(), drainer.stats()
         log.info(
             "observer: shutdown: %d records journaled, %d stored (%d gaps), %d dropped, %d waiting in the journal"
-            " for the next start%s",
+            " for the next start%s%s",
             js["journaled"],
             ds["written"],
             ds["gaps"],
             js["dropped"],
             waiting,
             "" if not ds["refused"] else " (the journal belongs to another store: see the error above)",
+            f"; {self.refused_requests} LLM requests refused (fail_closed)" if self.refused_requests else "",
         )
         self._journal = self._drainer = None
         self._flows.set_sink(None)
@@ -464,9 +470,13 @@ class LLMAudit:
         now = time.monotonic()
         if now - self._last_refusal_log >= 60.0:
             self._last_refusal_log = now
+            js = self._journal.stats() if self._journal is not None else {}
             log.error(
-                "observer: fail_closed: LLM requests are refused (503) while recording fails (%s); %d so far",
-                self._journal.stats() if self._journal is not None else "no journal",
+                "observer: fail_closed: LLM requests are refused (503) while recording fails (journal %d bytes"
+                " of %d, disk errors %d); %d refused so far",
+                js.get("spool_bytes", 0),
+                self._settings.spool_max_bytes,
+                js.get("disk_errors", 0),
                 self.refused_requests,
             )
 

@@ -194,6 +194,9 @@ class Journal:
         self.on_durable: Callable[[], None] | None = None
         self.writer_id = ""
         self.store_id: str | None = None
+        self._seq_floor = 1
+        self._identity_lock = threading.Lock()
+        self.run_segment = 0  # the segment this run began with
         # loop side
         self._data_in = 0
         self._cut_sent: set[str] = set()
@@ -244,6 +247,7 @@ class Journal:
             data = fmt.loads(identity.read_bytes())
             self.writer_id = str(data["writer_id"])
             self.store_id = data.get("store_id")
+            self._seq_floor = int(data.get("next_seq", 1))
         except FileNotFoundError:
             self.writer_id = str(uuid.uuid4())
             self._save_identity()
@@ -254,9 +258,14 @@ class Journal:
                 self._sizes[n] = (self.directory / segment_name(n)).stat().st_size
 
     def _save_identity(self) -> None:
-        write_private(
-            self.directory / "identity.json", fmt.dumps({"writer_id": self.writer_id, "store_id": self.store_id})
-        )
+        """``identity.json``: writer and store ids, and ``next_seq``, a floor for the numbering
+        (saved at start, at each new segment and at close: segments deleted behind the journal's
+        back cannot make it number twice, at most the records since the last save are not
+        known to have existed)."""
+        with self._identity_lock:  # the journal's thread (rolls) and the drainer's (binding)
+            self._seq_floor = max(self._seq_floor, self._next_seq)
+            identity = {"writer_id": self.writer_id, "store_id": self.store_id, "next_seq": self._seq_floor}
+            write_private(self.directory / "identity.json", fmt.dumps(identity))
 
     def bind_store(self, store_id: str) -> None:
         """Records the store these records belong to (the drainer, once the database answers)."""
@@ -272,10 +281,14 @@ class Journal:
             self.open()
         if self._thread is not None:
             raise RuntimeError("the journal is already started")
-        self._next_seq = next_seq
+        # What this journal numbered before, even if its segments are gone since (deleted,
+        # lost): never number twice.
+        self._next_seq = max(next_seq, self._seq_floor)
         with self._cond:
             number = max(self._sizes, default=0) + 1
+        self.run_segment = number
         self._begin_segment(number)
+        self._save_identity()
         for record in first:
             self._queue.put_nowait(("R", record))
         self._thread = threading.Thread(target=self._run, name="observer-journal", daemon=True)
@@ -403,6 +416,9 @@ class Journal:
         if self._thread is not None:
             self._queue.put_nowait(_STOP)
             self._thread.join(timeout_s)
+            if not self._thread.is_alive():
+                with contextlib.suppress(OSError):
+                    self._save_identity()
             if self._thread.is_alive():
                 log.error(
                     "journal: the writer thread did not stop within %.0f s (%d items queued)",
@@ -699,7 +715,9 @@ class Journal:
 
     def _roll(self) -> None:
         """Starts the next segment and copies the entries of the exchanges still open into it,
-        so that older segments hold nothing recovery needs once their records are stored."""
+        so that older segments hold nothing recovery needs once their records are stored; saves
+        the numbering's floor (``_save_identity``)."""
+        self._save_identity()
         old_fd = self._fd
         copies = []
         for rid, live in self._live.items():

@@ -18,7 +18,9 @@ Failure policy:
   gap row takes its seq, so the store says a record is missing and why.
 - **Seqs missing from the journal** (a segment damaged or deleted behind the observer's back):
   a ``journal_lost`` gap row takes the missing seqs (checked against the store's highest seq of
-  this writer; not before the first record of a store new to this writer).
+  this writer and the journal's acknowledged seq).
+- **An empty journal pointed at another database** is bound to it; its earlier records are in
+  the other store, and an ``other_store`` gap row takes their seqs here.
 - **A journal that belongs to another store** (``identity.json``'s ``store_id`` is not this
   database's ``store_meta.store_id``) while it still holds records: nothing is written and the
   drainer stops (``refused``, a critical log line); the records stay in the journal. A journal
@@ -37,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from observer.errors import ObserverError
@@ -45,6 +48,7 @@ from observer.journal.journal import Journal, segment_name, segment_numbers, wri
 from observer.records import Exchange
 from observer.shape import parse_rfc3339
 from observer.store.checkpoint import ZERO_HASH, CheckpointKey, make_checkpoint, note_hash
+from observer.store.models import StoreMetaRow
 from observer.store.store import AuditStore, ChainOrderError
 
 log = logging.getLogger("observer.store")
@@ -108,19 +112,21 @@ def unstored_records(directory: Path) -> int:
     return count
 
 
-def check_journal_store(directory: Path, store: AuditStore) -> None:
+def check_journal_store(directory: Path, store: AuditStore, url: str = "") -> None:
     """Raises ``StoreMismatch`` (an ``ObserverError``: one line) when the journal in
-    ``directory`` holds records not yet stored and belongs to another store than ``store``;
-    database errors propagate. Reads only: the journal may be in use."""
+    ``directory`` holds records not yet stored and belongs to another store than ``store``
+    (``url``: how to name it), a database not migrated yet included; database errors
+    propagate. Reads only, both the journal (it may be in use) and the database."""
     try:
-        own = fmt.loads((directory / "identity.json").read_bytes()).get("store_id")
+        identity = fmt.loads((directory / "identity.json").read_bytes())
+        own = identity.get("store_id")
     except (FileNotFoundError, ValueError, AttributeError):
         return
     if own is None:
         return
-    store_id = store.store_id()
+    store_id = store.store_id() if sa.inspect(store.engine).has_table(StoreMetaRow.__tablename__) else None
     if own != store_id and unstored_records(directory):
-        raise StoreMismatch(_mismatch(directory, own, store_id))
+        raise StoreMismatch(_mismatch(directory, own, store_id or f"new, not migrated yet: {url or 'this one'}"))
 
 
 def _mismatch(directory: Path, own: str, store_id: str) -> str:
@@ -295,12 +301,27 @@ class Drainer:
         except UNAVAILABLE_ERRORS as exc:
             raise Unavailable() from exc
         own = self._journal.store_id
-        if own is not None and own != store_id:
-            if self.pending():
+        rebound = own is not None and own != store_id
+        if rebound:
+            # Records of earlier runs belong to the store they were journaled for; this run's
+            # belong to the database it was started with.
+            earlier = min(self._journal.durable(), (self._journal.run_segment, 0))
+            if self._pos < earlier and self._has_entries(self._pos, earlier):
                 raise StoreMismatch(_mismatch(self._journal.directory, own, store_id))
             log.warning("drainer: the journal (empty) now belongs to the store %s (was %s)", store_id, own)
+        if rebound and self._acked_seq > max_seq:
+            # This writer's earlier records are in the other store: its numbering here starts
+            # later, and a gap says where the rest is (verify would see them as deleted).
+            gap = _gap_row(max_seq + 1, self._acked_seq, None, None, None, "other_store", f"stored in the store {own}")
+            try:
+                self._store.write_many([], writer_id=self._journal.writer_id, gaps=[gap])
+            except UNAVAILABLE_ERRORS as exc:
+                raise Unavailable() from exc
+            max_seq = self._acked_seq
         self._journal.bind_store(store_id)
-        self._expected = max_seq + 1 if max_seq else None
+        # The next seq must follow what this store holds and what the journal says it stored
+        # (a store behind the acknowledgement was rolled back: verify names the missing rows).
+        self._expected = max(max_seq, self._acked_seq) + 1
         self._store_id = store_id
         if self._key is not None:
             try:
@@ -353,6 +374,10 @@ class Drainer:
             at = datetime.fromtimestamp(self._clock(), timezone.utc)
             row = make_checkpoint(self._key, self._store_id, writer, number, seq, head.hex(), at, prev)
             self._store.add_checkpoint(row)
+        except UNAVAILABLE_ERRORS as exc:  # the database went away: the batch's retry says so
+            log.info("drainer: cannot write a checkpoint now (%s); retried later", type(exc).__name__)
+            self._last_checkpoint_at = time.monotonic()
+            return
         except Exception:  # noqa: BLE001 - a checkpoint must never stop the records
             log.warning("drainer: cannot write a checkpoint now; retried later", exc_info=True)
             self._last_checkpoint_at = time.monotonic()

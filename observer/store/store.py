@@ -108,7 +108,9 @@ class AuditStore:
         """
         portable = [make_portable(r) for r in records]
         exchanges, children = rows_from_records(portable)
-        chained = seqs is not None and writer_id is not None
+        if writer_id is not None and seqs is None and records:
+            raise ValueError("records of a writer need their seqs")
+        chained = writer_id is not None  # (gaps always have a writer and seqs)
         numbering = dict(zip((r.id for r in records), seqs, strict=True)) if seqs is not None else {}
         dicts: dict[str, Exchange] = {}
         for r in portable if chained else ():

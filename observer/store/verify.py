@@ -35,7 +35,7 @@ from sqlalchemy import func, select
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.models import BlockRow, ExchangeRow, GapRow, ToolCallRow, ViolationRow
-from observer.store.rows import exchange_from_row
+from observer.store.rows import exchange_from_row, rows_from_records
 from observer.store.store import AuditStore
 
 PAGE = 1000
@@ -95,6 +95,25 @@ def verify(
     ex = ExchangeRow.__table__
     with store.engine.connect() as conn:
         report.unchained = conn.scalar(select(func.count()).select_from(ex).where(ex.c.writer_id.is_(None))) or 0
+        chain_began = conn.scalar(select(func.min(ex.c.started_at)).where(ex.c.writer_id.is_not(None)))
+        late = None
+        if report.unchained and chain_began is not None:
+            late = conn.execute(
+                select(ex.c.id, ex.c.started_at)
+                .where(ex.c.writer_id.is_(None), ex.c.started_at >= chain_began)
+                .order_by(ex.c.started_at)
+                .limit(1)
+            ).first()
+    if late is not None:
+        report.breaks.append(
+            Break(
+                "(none)",
+                None,
+                late.id,
+                "a record outside any chain, started after the chains began (inserted?): only records stored"
+                " before the journal existed may be unchained",
+            )
+        )
     writers = store.writers()
     plans = {w: _range(store, w, since, until) for w in writers}
     if total is not None:
@@ -120,6 +139,25 @@ def verify(
             brk = _check_exported(writer, exported, checkpoints, last_seq)
         if brk is not None:
             report.breaks.append(brk)
+        if not checkpoints and count:
+            report.warnings.append(f"writer {writer} has no checkpoints (deleted, or it never made one)")
+    for cp in exported or ():
+        if cp.get("store_id") not in (None, store_id):
+            report.breaks.append(
+                Break(cp["writer_id"], None, None, f"the export is of the store {cp['store_id']}, this is {store_id}")
+            )
+            break
+    for writer in sorted({cp["writer_id"] for cp in exported or ()} - set(writers)):
+        last = max((cp for cp in exported or () if cp["writer_id"] == writer), key=lambda cp: cp["number"])
+        report.breaks.append(
+            Break(
+                writer,
+                1,
+                None,
+                f"every row of this writer deleted: exported checkpoint {last['number']} covers seq {last['seq']},"
+                " the store has none",
+            )
+        )
     return report
 
 
@@ -236,13 +274,15 @@ def _walk(
             return Break(writer, seq, rid, "seq repeated (a row inserted, or rows reordered)"), count, expected - 1
         if seq > expected:
             missing = f"{expected}" if seq == expected + 1 else f"{expected}..{seq - 1}"
-            return Break(writer, expected, rid, f"seq {missing} missing (a row deleted)"), count, expected - 1
+            after = f"; the next row is seq {seq}" + (f", record {rid}" if rid else " (a gap)")
+            return Break(writer, expected, None, f"seq {missing} missing (a row deleted{after})"), count, expected - 1
         if is_gap:
             canonical = canonical_gap(row, writer)
             stored = row["record_hash"]
             end = row["seq_end"]
         else:
-            canonical = canonical_record(exchange_from_row(row).to_dict(), writer, seq)
+            record = exchange_from_row(row)
+            canonical = canonical_record(record.to_dict(), writer, seq)
             stored = row.record_hash
             end = seq
         h = chain_hash(prev, canonical)
@@ -253,6 +293,10 @@ def _walk(
                 count,
                 expected - 1,
             )
+        copied = None if is_gap else _copied_column_changed(row, record)
+        if copied is not None:
+            reason = f"column {copied} differs from the record it is copied from (changed)"
+            return Break(writer, seq, rid, reason), count, expected - 1
         if end in wanted:
             heads[end] = stored
         prev = h
@@ -265,6 +309,18 @@ def _walk(
     if progress is not None and pending:
         progress(pending)
     return None, count, expected - 1
+
+
+def _copied_column_changed(row: Any, record: Any) -> str | None:
+    """The first ``exchanges`` column whose stored value is not what the record (as read back
+    from its own columns and JSON) gives it: the denormalised copies (``text``,
+    ``request_model``, ``end_user``, the flattened usage and error columns) are served by the
+    list endpoint and queried directly, so a change to a copy must break too."""
+    (expected,), _children = rows_from_records([record])
+    for column, value in expected.items():
+        if getattr(row, column) != value:
+            return column
+    return None
 
 
 def _check_checkpoints(

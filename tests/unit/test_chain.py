@@ -159,6 +159,19 @@ def test_a_changed_metadata_field_is_found(chained: AuditStore, key: CheckpointK
     )
 
 
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("text", "'EVIL'"), ("request_model", "'gpt-5'"), ("end_user", "'alice'")],
+)
+def test_a_changed_copied_column_is_found(chained: AuditStore, key: CheckpointKey, column: str, value: str) -> None:
+    """Trial finding: the columns copied out of the record for the list endpoint and queries
+    (``text``, ``request_model``, ``end_user``) were outside the chain: a forged
+    copy verified and the list served it."""
+    _sql(chained, f"UPDATE exchanges SET {column} = {value} WHERE seq = 15")
+    reason = f"seq 15, record r-014: column {column} differs from the record it is copied from (changed)"
+    assert _only_break(chained, key).endswith(reason)
+
+
 def test_a_changed_content_field_is_found(chained: AuditStore, key: CheckpointKey) -> None:
     _sql(chained, "UPDATE exchange_blocks SET text = 'forged' WHERE exchange_id = 'r-004'")
     assert "seq 5, record r-004: hash mismatch" in _only_break(chained, key)
@@ -166,7 +179,9 @@ def test_a_changed_content_field_is_found(chained: AuditStore, key: CheckpointKe
 
 def test_a_row_deleted_in_the_middle_is_found(chained: AuditStore, key: CheckpointKey) -> None:
     _sql(chained, "DELETE FROM exchanges WHERE seq = 9")
-    assert _only_break(chained, key).endswith("seq 9, record r-009: seq 9 missing (a row deleted)")
+    assert _only_break(chained, key).endswith(
+        "seq 9: seq 9 missing (a row deleted; the next row is seq 10, record r-009)"
+    )
 
 
 def test_a_deleted_tail_is_found_against_the_last_checkpoint(chained: AuditStore, key: CheckpointKey) -> None:
@@ -186,6 +201,35 @@ def test_a_deleted_tail_with_its_checkpoints_is_found_against_an_export(
     report = verify(chained, key.public, exported=exported)
     (brk,) = report.breaks
     assert brk.line().endswith("seq 26: tail deleted: exported checkpoint 3 covers seq 31, the store ends at seq 25")
+
+
+def test_a_deleted_writer_and_an_export_of_another_store_are_found(chained: AuditStore, key: CheckpointKey) -> None:
+    """Trial findings: deleting all of a writer's rows and checkpoints passed even with an
+    export, and an export of another store was ignored."""
+    exported = [{"store_id": chained.store_id(), **c} for c in chained.checkpoints()]
+    writer = exported[0]["writer_id"]
+    _sql(chained, "DELETE FROM exchanges")
+    _sql(chained, "DELETE FROM gaps")
+    _sql(chained, "DELETE FROM checkpoints")
+    (brk,) = verify(chained, key.public, exported=exported).breaks
+    assert brk.line() == (
+        f"writer {writer}, seq 1: every row of this writer deleted: exported checkpoint 3 covers seq 31, the store has none"
+    )
+    other = [dict(c, store_id="another-store") for c in exported]
+    lines = [b.line() for b in verify(chained, key.public, exported=other).breaks]
+    assert f"writer {writer}, its end: the export is of the store another-store, this is {chained.store_id()}" in lines
+
+
+def test_an_unchained_row_newer_than_the_chain_is_found(
+    chained: AuditStore, key: CheckpointKey, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: a forged row without writer, seq and hash passed as "stored before the
+    chain". Rows older than the chain still may be (a store from before the journal)."""
+    chained.write_many([make_exchange("old", T0 - timedelta(days=1))])
+    assert verify(chained, key.public).ok and verify(chained, key.public).unchained == 1
+    chained.write_many([make_exchange("forged", T0 + timedelta(seconds=5))])
+    (brk,) = verify(chained, key.public).breaks
+    assert brk.record_id == "forged" and "a record outside any chain, started after the chains began" in brk.reason
 
 
 def test_reordered_rows_are_found(chained: AuditStore, key: CheckpointKey) -> None:
@@ -271,9 +315,11 @@ def test_a_rewritten_chain_is_found_by_its_signed_checkpoints(
 
 
 def test_verify_on_the_command_line(chained: AuditStore, key: CheckpointKey, db_url: str, tmp_path: Path) -> None:
-    public = tmp_path / "public.pem"
-    public.write_text(public_pem(key.public))
     runner = CliRunner()
+    printed = runner.invoke(app, ["checkpoint", "public-key", "--key", str(key.path)])
+    assert printed.exit_code == 0 and printed.stdout == public_pem(key.public)
+    public = tmp_path / "public.pem"
+    public.write_text(printed.stdout)
     ok = runner.invoke(app, ["verify", "--db", db_url, "--key", str(public)])
     assert ok.exit_code == 0, ok.output
     assert f"observer: verified: {LAST} entries of 1 writers, 3 checkpoints checked" in ok.output
@@ -285,7 +331,7 @@ def test_verify_on_the_command_line(chained: AuditStore, key: CheckpointKey, db_
     _sql(chained, "DELETE FROM exchanges WHERE seq = 5")
     bad = runner.invoke(app, ["verify", "--db", db_url, "--key", str(public), "--checkpoints", str(out)])
     assert bad.exit_code == 1
-    assert "observer: BROKEN: writer " in bad.output and "seq 5 missing (a row deleted)" in bad.output
+    assert "observer: BROKEN: writer " in bad.output and "seq 5 missing (a row deleted;" in bad.output
     wrong = runner.invoke(app, ["verify", "--db", db_url, "--since", "yesterday"])
     assert wrong.exit_code == 2 and "--since must be an RFC 3339 time" in wrong.output
 

@@ -195,3 +195,75 @@ def test_db_upgrade_creates_the_folder_of_a_sqlite_file(tmp_path):
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", f"sqlite:///{db}"])
     assert result.exit_code == 0, result.output
     assert db.exists()
+
+
+# ----- trial findings on the store commands: one line, exit 2, nothing made -----
+
+
+def _run(tmp_path, *args: str):
+    return CliRunner().invoke(
+        app, ["run", "--proxy-port", "0", "--api-port", "0", "--data-dir", str(tmp_path / "data"), *args]
+    )
+
+
+@pytest.mark.parametrize("command", [["verify"], ["checkpoint", "export", "--out", "-"]])
+def test_read_only_commands_refuse_bad_urls_and_missing_files_in_one_line(tmp_path, command):
+    for url, message in (
+        ("notaurl", "cannot open the audit store <unparseable URL>: Could not parse SQLAlchemy URL"),
+        ("mysql://x@y/z", "cannot open the audit store mysql://x@y/z: No module named 'MySQLdb'"),
+        (f"sqlite:///{tmp_path / 'missing.db'}", "no such file"),
+    ):
+        result = CliRunner().invoke(app, [*command, "--db", url])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_verify_refuses_a_range_that_ends_before_it_starts(tmp_path):
+    result = CliRunner().invoke(
+        app, ["verify", "--db", "sqlite:///x.db", "--since", "2026-02-01T00:00:00Z", "--until", "2026-01-01T00:00:00Z"]
+    )
+    assert result.exit_code == 2 and "--since is after --until" in result.output
+
+
+def test_run_refuses_a_journal_of_another_store_before_touching_the_database(tmp_path, make_exchange):
+    """Trial finding: the refusal came after the other database was migrated (with the schema
+    created in PostgreSQL's maintenance database once)."""
+    from datetime import datetime, timezone
+
+    from observer.journal import format as fmt
+    from observer.journal.journal import Journal
+
+    journal = Journal(tmp_path / "data" / "journal")
+    journal.open()
+    journal.bind_store("the-first-store")
+    journal.start(1)
+    journal.record(make_exchange("waiting", datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    journal.close()
+    assert fmt.loads((tmp_path / "data" / "journal" / "identity.json").read_bytes())["store_id"] == "the-first-store"
+    other = tmp_path / "other.db"
+    result = _run(tmp_path, "--db", f"sqlite:///{other}")
+    assert result.exit_code == 2, result.output
+    assert (
+        "holds records of the store the-first-store, and this database is the store new, not migrated yet"
+        in result.output
+    )
+    assert inspect(create_engine(f"sqlite:///{other}")).get_table_names() == []
+
+
+def test_run_refuses_a_bad_checkpoint_key_and_a_journal_in_use(tmp_path):
+    from observer.journal.journal import Journal
+
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key\n")
+    result = _run(tmp_path, "--db", f"sqlite:///{tmp_path / 'a.db'}", "--checkpoint-key", str(bad))
+    assert (
+        result.exit_code == 2 and "is not a checkpoint key" in result.output and "observer: proxy" not in result.output
+    )
+    holder = Journal(tmp_path / "data" / "journal")
+    holder.open()
+    try:
+        result = _run(tmp_path, "--db", f"sqlite:///{tmp_path / 'a.db'}")
+    finally:
+        holder.close()
+    assert result.exit_code == 2 and "is in use by another observer process" in result.output

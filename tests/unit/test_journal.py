@@ -471,6 +471,9 @@ def test_a_record_the_database_refuses_leaves_a_rejected_gap_and_a_copy(
     assert (gap["seq"], gap["reason"], gap["dropped"], gap["detail"]) == (2, "rejected", 1, "record poison: DataError")
     kept = [fmt.loads(line) for line in (directory / "rejected.jsonl").read_bytes().splitlines()]
     assert [(k["seq"], k["record"]["id"], k["error"]) for k in kept] == [(2, "poison", "DataError")]
+    from observer.store.verify import verify
+
+    assert verify(store, None).ok  # the rejected gap is in the chain, in its place (it was not at first)
 
 
 def test_seqs_missing_from_the_journal_are_recorded_as_lost(
@@ -558,3 +561,65 @@ def test_short_writes_are_resumed_in_order(tmp_path: Path, monkeypatch: pytest.M
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abcdefghijk" * 2
+
+
+def test_an_empty_journal_bound_to_another_store_says_where_its_records_are(
+    tmp_path: Path, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: pointed at a new database, the journal kept its numbering, and verify
+    called the first records of the new store deleted. Now an ``other_store`` gap takes them."""
+    from observer.store.migrate import upgrade
+    from observer.store.verify import verify
+
+    stores = []
+    for name in ("a", "b"):
+        upgrade(f"sqlite:///{tmp_path / name}.db")
+        stores.append(AuditStore(f"sqlite:///{tmp_path / name}.db"))
+    first, second = stores
+    directory = tmp_path / "j"
+    journal, drainer = _pipeline(directory, first)
+    for r in _records(make_exchange, 3, prefix="a"):
+        journal.record(r)
+    _wait_until(lambda: drainer.written == 3)
+    _stop(journal, drainer)
+    journal, drainer = _pipeline(directory, second)
+    for r in _records(make_exchange, 2, prefix="b"):
+        journal.record(r)
+    _wait_until(lambda: drainer.written == 2)
+    _stop(journal, drainer)
+    (gap,) = second.gaps()
+    assert (gap["seq"], gap["seq_end"], gap["reason"], gap["detail"]) == (
+        1,
+        3,
+        "other_store",
+        f"stored in the store {first.store_id()}",
+    )
+    assert _stored(second) == [("b-0000", 4), ("b-0001", 5)]
+    assert verify(second, None).ok and verify(first, None).ok
+    for s in stores:
+        s.dispose()
+
+
+def test_a_first_segment_lost_before_anything_was_stored_is_a_gap(
+    tmp_path: Path, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: with nothing of this writer in the store yet, deleting the journal's first
+    segment went unnoticed (and verify later blamed the database)."""
+    directory = tmp_path / "j"
+    flaky = FlakyStore(store)
+    flaky.down.set()
+    journal, drainer = _pipeline(directory, flaky)
+    for r in _records(make_exchange, 5):
+        journal.record(r)
+    _wait_until(lambda: journal.journaled == 5)
+    _stop(journal, drainer)
+    for n in segment_numbers(directory):
+        (directory / segment_name(n)).unlink()
+    flaky.down.clear()
+    journal, drainer = _pipeline(directory, flaky)
+    journal.record(make_exchange("after", T0))
+    _wait_until(lambda: drainer.written == 1 and drainer.gaps == 1)
+    _stop(journal, drainer)
+    (gap,) = store.gaps()
+    assert (gap["reason"], gap["seq"], gap["seq_end"], gap["dropped"]) == ("journal_lost", 1, 5, 5)
+    assert _stored(store) == [("after", 6)]
