@@ -478,8 +478,8 @@ class Journal:
             for rid in sorted(self._cut_pending):
                 live = self._live.get(rid)
                 if live is not None and not live.cut:
-                    live.cut = True
-                    self._add(batch, fmt.cut_entry(rid), "C", rid, live)
+                    body = fmt.cut_entry(rid)
+                    self._add(batch, body, "C", rid, self._live_effect("C", rid, body, ("C", rid), batch.size))
             self._cut_pending.clear()
             if self._gaps_due(now, final, base + batch.size >= self.max_bytes):
                 self._add_gaps(batch)

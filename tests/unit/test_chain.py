@@ -362,3 +362,50 @@ def test_the_chain_verifies_whatever_the_database_does_to_json(
             {"r": json.dumps({**store.get("j1")["request"], "parameters": {}})},
         )
     assert not verify(store, None).ok
+
+
+def test_keys_are_read_checked_and_refused_in_one_line(tmp_path: Path, key: CheckpointKey) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from observer.errors import ConfigError
+    from observer.store.checkpoint import load_public_key
+
+    assert CheckpointKey.load_or_create(key.path).key_id == key.key_id  # read back, not made anew
+    assert load_public_key(public_pem(key.public).encode()).public_bytes_raw() == key.public.public_bytes_raw()
+    assert load_public_key(key.path.read_bytes()).public_bytes_raw() == key.public.public_bytes_raw()
+    other = ec.generate_private_key(ec.SECP256R1())
+    ec_private = other.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    ec_public = other.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    for data in (ec_private, ec_public):
+        with pytest.raises(ConfigError, match="not an Ed25519 key"):
+            load_public_key(data)
+    with pytest.raises(ConfigError, match="not an Ed25519 key in PEM"):
+        load_public_key(b"-----BEGIN PUBLIC KEY-----\ngarbage\n-----END PUBLIC KEY-----\n")
+    (tmp_path / "ec.pem").write_bytes(ec_private)
+    with pytest.raises(ConfigError, match="is not an Ed25519 key"):
+        CheckpointKey.load_or_create(tmp_path / "ec.pem")
+    runner = CliRunner()
+    missing = runner.invoke(app, ["checkpoint", "public-key", "--key", str(tmp_path / "none.pem")])
+    assert missing.exit_code == 2 and "cannot read the key" in missing.output
+    wrong = runner.invoke(app, ["checkpoint", "public-key", "--key", str(tmp_path / "ec.pem")])
+    assert wrong.exit_code == 2 and "cannot use the key" in wrong.output
+
+
+def test_verify_without_a_key_says_checkpoints_were_not_checked(
+    chained: AuditStore, db_url: str, tmp_path: Path
+) -> None:
+    report = verify(chained, None)
+    assert report.ok and report.checkpoints == 0
+    assert report.warnings == ["no checkpoint key given: checkpoints were not checked"]
+    _sql(chained, "DELETE FROM checkpoints")
+    writer = chained.writers()[0]
+    assert f"writer {writer} has no checkpoints (deleted, or it never made one)" in verify(chained, None).warnings
+    progress: list[int] = []
+    totals: list[int] = []
+    ranged = verify(chained, None, until=T0 + timedelta(seconds=5), progress=progress.append, total=totals.append)
+    assert ranged.ok and list(ranged.entries.values()) == [6] and totals == [6] and sum(progress) == 6
