@@ -384,8 +384,7 @@ def _upgrade(url: str) -> None:
     try:
         upgrade(url)
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError, OSError) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        _fail(f"cannot open the audit store {_safe(url)}: {reason}")
+        _fail(f"cannot open the audit store {_safe(url)}: {_reason(exc)}")
 
 
 def _open_store(settings: Settings) -> None:

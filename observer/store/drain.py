@@ -32,6 +32,7 @@ Failure policy:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -180,7 +181,7 @@ class Drainer:
         ack, self._acked_seq = read_ack(journal.directory)
         self._pos: Position = ack
         self._ready = False
-        self._expected: int | None = None
+        self._expected = 1  # the next seq the store needs from this writer (set by _bind)
         self.written = 0
         self.duplicates = 0
         self.gaps = 0
@@ -431,11 +432,11 @@ class Drainer:
 
     def _take(self, e: fmt.Entry, records: list[Exchange], seqs: list[int], gaps: list[dict[str, Any]]) -> None:
         seq = e.seq
-        if self._expected is not None and seq > self._expected:
+        if seq > self._expected:
             missing = seq - self._expected
             gaps.append(_gap_row(self._expected, seq - 1, None, None, missing, "journal_lost", None))
             log.error("drainer: %d records (seq %d..%d) are missing from the journal", missing, self._expected, seq - 1)
-        if self._expected is None or seq >= self._expected:
+        if seq >= self._expected:
             self._expected = seq + 1
         try:
             d = e.json
@@ -588,8 +589,6 @@ def _time(value: Any) -> datetime | None:
 
 
 def _append_private(path: Path, data: bytes) -> None:
-    import os
-
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, data)

@@ -240,18 +240,8 @@ def test_an_open_exchange_at_a_crash_becomes_an_interrupted_record(tmp_path: Pat
     chunk2 = b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-x","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
     entries = []
     for rid in ("open-1", "done-1"):
-        ex = Exchange(
-            id=rid,
-            dialect="openai.chat",
-            host="api.openai.com",
-            path="/v1/chat/completions",
-            method="POST",
-            http_version="HTTP/1.1",
-            started_at=datetime.fromtimestamp(1000.0, timezone.utc),
-            status_code=200,
-            outcome="completed",
-            request=RequestFacts(model="gpt-x", stream=True),
-        )
+        ex = _skeleton(rid)
+        ex.request = RequestFacts(model="gpt-x", stream=True)
         entries.append(fmt.open_entry(rid, ex.to_dict(), spec.to_dict(), []))
         entries.append(fmt.data_entry(rid, [chunk, 1000.5]))
     entries.append(fmt.data_entry("done-1", [chunk2, 1001.0]))
