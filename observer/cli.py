@@ -22,7 +22,16 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from observer.config import OPTION_PREFIX, PROXY_SPECS, SPECS, Settings, did_you_mean, load_settings, option_setting
+from observer.config import (
+    MIN_RETENTION_DAYS,
+    OPTION_PREFIX,
+    PROXY_SPECS,
+    SPECS,
+    Settings,
+    did_you_mean,
+    load_settings,
+    option_setting,
+)
 from observer.dialects.registry import load_registry
 from observer.errors import ConfigError, ObserverError
 
@@ -31,6 +40,8 @@ db_app = typer.Typer(help="Audit store maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 checkpoint_app = typer.Typer(help="The hash chain's signed checkpoints.", no_args_is_help=True)
 app.add_typer(checkpoint_app, name="checkpoint")
+hold_app = typer.Typer(help="Legal holds: records no purge removes while a hold covers them.", no_args_is_help=True)
+app.add_typer(hold_app, name="hold")
 
 DbOpt = Annotated[
     str | None,
@@ -316,6 +327,243 @@ def checkpoint_public_key(
         _fail(f"cannot use the key {path}: {exc}")
     typer.echo(public_pem(public), nl=False)
     typer.echo(f"observer: key id {key_id(public)}", err=True)
+
+
+SignKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="The checkpoint signing key (default: the checkpoint_key setting, else DATA_DIR/checkpoint-key.pem);"
+        " it must exist: holds and purges are signed with the key observer run made.",
+    ),
+]
+ByOpt = Annotated[str | None, typer.Option("--by", help="Who runs this, as recorded (default: the OS user name).")]
+
+
+@app.command()
+def purge(
+    db: DbOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what is due; remove nothing.")] = False,
+    retention_days: Annotated[
+        int | None, typer.Option(help="Override the retention_days setting (days; under 183 needs the override).")
+    ] = None,
+    key: SignKeyOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Remove the records started more than retention_days ago, except those under a legal hold.
+
+    The chain up to the cutoff is verified first (a break refuses the purge: exit 1); then, in one
+    transaction, the due records are removed and a signed, chained purge event records what
+    (so observer verify still passes). Exit 0 done; 1 refused; 2 bad arguments or the store
+    cannot be used."""
+    from datetime import datetime, timezone
+
+    from observer.shape import rfc3339
+    from observer.store.events import ConcurrentChange
+    from observer.store.purge import PurgeRefused
+    from observer.store.purge import purge as run_purge
+
+    _logging()
+    settings = _settings({"retention_days": "--retention-days"}, db=db, retention_days=retention_days)
+    if settings.retention_days < MIN_RETENTION_DAYS:
+        typer.echo(
+            f"observer: warning: retention_days is {settings.retention_days}, under six months"
+            " (retention_override is set)",
+            err=True,
+        )
+    signer = None if dry_run else _signing_key(settings, key)
+    store = _open_read_only(settings.db)
+    try:
+        result = run_purge(
+            store,
+            signer,
+            now=datetime.now(timezone.utc),
+            retention_days=settings.retention_days,
+            retention_override=settings.retention_override,
+            actor=_actor(by),
+            dry_run=dry_run,
+        )
+    except PurgeRefused as exc:
+        typer.echo(f"observer: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except ConcurrentChange as exc:
+        _fail(str(exc))
+    except _db_errors() as exc:
+        _fail(f"cannot purge the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    finally:
+        store.dispose()
+    verb = "would remove" if dry_run else "removed"
+    typer.echo(
+        f"observer: {verb} {result.total} records started before {rfc3339(result.cutoff)}"
+        f" (retention {settings.retention_days} days): {sum(result.records.values())} chained in"
+        f" {len(result.runs)} runs, {result.unchained} from before the chain; {result.held} kept under a legal hold"
+        + ("" if result.event is None else f"; store event {result.event['seq']}")
+    )
+    for writer, n in sorted(result.records.items()):
+        typer.echo(f"observer: writer {writer}: {n} records")
+
+
+@hold_app.command("create")
+def hold_create(
+    reason: Annotated[str, typer.Option("--reason", help="Why (case, request, order): kept with the hold.")],
+    since: TimeOpt = None,
+    until: TimeOpt = None,
+    user: Annotated[str | None, typer.Option("--user", help="Records of this end user (enduser.id).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Records sent to this host.")] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="This record id (repeatable).")] = None,
+    db: DbOpt = None,
+    key: SignKeyOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Put records under a legal hold (every condition given must match a record); prints the
+    hold's id. Exit 2 for a bad scope or an unusable store."""
+    from datetime import datetime, timezone
+
+    from observer.store.holds import HoldError, Scope, create_hold
+
+    _logging()
+    settings = _settings(db=db)
+    try:
+        scope = Scope(
+            since=_time_opt("--since", since),
+            until=_time_opt("--until", until),
+            end_user=user,
+            host=host,
+            exchange_ids=tuple(ids) if ids else None,
+        )
+    except HoldError as exc:
+        _fail(str(exc))
+    signer = _signing_key(settings, key)
+    store = _open_read_only(settings.db)
+    try:
+        row = create_hold(store.engine, signer, store.store_id(), scope, reason, _actor(by), datetime.now(timezone.utc))
+    except HoldError as exc:
+        _fail(str(exc))
+    except _db_errors() as exc:
+        _fail(f"cannot write to the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    except ObserverError as exc:
+        _fail(str(exc))
+    finally:
+        store.dispose()
+    typer.echo(row["id"])
+    typer.echo(f"observer: hold {row['id']} made: {_scope_text(row)}", err=True)
+
+
+@hold_app.command("release")
+def hold_release(
+    hold_id: Annotated[str, typer.Argument(help="The hold's id (observer hold list).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it is released.")],
+    db: DbOpt = None,
+    key: SignKeyOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Release a legal hold: its records are purged again once past retention."""
+    from datetime import datetime, timezone
+
+    from observer.store.holds import HoldError, release_hold
+
+    _logging()
+    settings = _settings(db=db)
+    signer = _signing_key(settings, key)
+    store = _open_read_only(settings.db)
+    try:
+        release_hold(store.engine, signer, store.store_id(), hold_id, reason, _actor(by), datetime.now(timezone.utc))
+    except HoldError as exc:
+        _fail(str(exc))
+    except _db_errors() as exc:
+        _fail(f"cannot write to the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    except ObserverError as exc:
+        _fail(str(exc))
+    finally:
+        store.dispose()
+    typer.echo(f"observer: hold {hold_id} released")
+
+
+@hold_app.command("list")
+def hold_list(
+    all_: Annotated[bool, typer.Option("--all", help="Released holds too.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """The legal holds (active ones unless --all), one per line: id, made (when, by whom), scope,
+    reason, and when released."""
+    from observer.shape import rfc3339
+    from observer.store.holds import list_holds
+
+    settings = _settings(db=db)
+    store = _open_read_only(settings.db)
+    try:
+        rows = list_holds(store.engine, include_released=all_)
+    except _db_errors() as exc:
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    finally:
+        store.dispose()
+    for row in rows:
+        released = (
+            ""
+            if row["released_at"] is None
+            else f"  released {rfc3339(row['released_at'])} by {row['released_by']}: {row['release_reason']}"
+        )
+        typer.echo(
+            f"{row['id']}  {rfc3339(row['created_at'])} by {row['created_by']}  {_scope_text(row)}"
+            f"  reason: {row['reason']}{released}"
+        )
+    if not rows:
+        typer.echo("observer: no holds" if all_ else "observer: no active holds", err=True)
+
+
+def _scope_text(row: dict[str, Any]) -> str:
+    from observer.shape import rfc3339
+
+    parts = []
+    if row["since"] is not None:
+        parts.append(f"since {rfc3339(row['since'])}")
+    if row["until"] is not None:
+        parts.append(f"until {rfc3339(row['until'])}")
+    if row["end_user"] is not None:
+        parts.append(f"user {row['end_user']!r}")
+    if row["host"] is not None:
+        parts.append(f"host {row['host']}")
+    if row["exchange_ids"] is not None:
+        parts.append(f"{len(row['exchange_ids'])} record ids")
+    return ", ".join(parts)
+
+
+def _signing_key(settings: Settings, given: str | None) -> Any:
+    """The checkpoint key that signs a hold or purge: ``--key``, else the configured key file,
+    which must exist (exit 2 otherwise: a new key would not be the one verify trusts)."""
+    from observer.store.checkpoint import CheckpointKey
+
+    path = Path(given) if given else settings.checkpoint_key_path
+    if not path.is_file():
+        _fail(
+            f"no checkpoint key {path}: run this where observer run keeps its data (--data-dir / OBSERVER_DATA_DIR)"
+            " or give --key"
+        )
+    try:
+        return CheckpointKey.load_or_create(path)
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+def _actor(given: str | None) -> str:
+    import getpass
+
+    if given is not None:
+        if not given.strip():
+            _fail("--by must not be blank")
+        return given
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _store_reason(exc: BaseException) -> str:
+    """``_reason``, with the fix when the schema is older than the command (a missing table)."""
+    reason = _reason(exc)
+    if "no such table" in reason or "does not exist" in reason:
+        reason += " (the store's schema is older than this command: run observer db upgrade)"
+    return reason
 
 
 def _public_keys(settings: Settings, given: list[str] | None) -> list[Any]:

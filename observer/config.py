@@ -42,6 +42,8 @@ DEFAULT_CONFIG_FILE = "observer.toml"
 # (``OBSERVER_TEST_PG_URL``); any other one is refused as a mistyped setting.
 NOT_SETTINGS_ENV = (CONFIG_FILE_ENV,)
 RESERVED_ENV_PREFIX = "OBSERVER_TEST_"
+#: The shortest retention without ``retention_override``: six months (EU AI Act Art. 26(6)).
+MIN_RETENTION_DAYS = 183
 MAX_WORKER_BUFFER_MB = 4096  # the data waiting for the worker is held in the proxy's memory
 
 
@@ -131,6 +133,19 @@ class Settings(BaseSettings):
         unit="records",
         proxy=True,
         ge=1,
+    )
+    retention_days: int = _setting(
+        183,
+        "Days a record is kept: observer purge removes the records started longer ago, except those under a"
+        " legal hold. Under 183 (six months, EU AI Act Art. 26(6)) only with retention_override.",
+        unit="days",
+        ge=1,
+        le=36500,
+    )
+    retention_override: bool = _setting(
+        False,
+        "Allow a retention_days under 183; every purge then logs it, and its chained purge event says so.",
+        unit="flag",
     )
     # ----- observer run: where it listens, what it keeps -----
     data_dir: Path = _setting(
@@ -466,11 +481,18 @@ def load_settings(given_as: Mapping[str, str] | None = None, **overrides: object
     check_environment(os.environ)
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**given)
+        settings = Settings(**given)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, lambda name: _source(name, given, given_as or {}))) from None
     except (tomllib.TOMLDecodeError, SettingsError) as exc:
         raise ConfigError(f"cannot read the config file {config_file()}: {exc}") from None
+    if settings.retention_days < MIN_RETENTION_DAYS and not settings.retention_override:
+        raise ConfigError(
+            f"{_source('retention_days', given, given_as or {})} is {settings.retention_days} days, under the"
+            f" {MIN_RETENTION_DAYS} (six months) EU AI Act Art. 26(6) asks of a deployer's logs; set"
+            " retention_override = true to keep records for less"
+        )
+    return settings
 
 
 def _source(name: str, given: Mapping[str, object], given_as: Mapping[str, str]) -> str:

@@ -25,13 +25,19 @@ digest is over its UTF-8 bytes; a list's or object's over its canonical JSON.
 
 A gap's object is its row (``seq``, ``seq_end``, ``first_at``, ``last_at``, ``dropped``,
 ``reason``, ``detail``) with ``"kind": "gap"`` and ``"writer_id"``.
+
+The store's own chain (legal holds, purges: ``observer.store.events``) is the writer
+``store_id``; an event's object is ``{"kind": "store_event", "writer_id", "seq", "event",
+"at", "actor", "detail"}``. A purge removes runs of consecutive records of a writer; its event's
+``detail.runs_sha256`` commits to them (``runs_digest``), and each run keeps the hash of its last
+record, from which the writer's chain goes on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -126,6 +132,28 @@ def canonical_gap(gap: Mapping[str, Any], writer_id: str) -> bytes:
     return canonical_json(obj)
 
 
+def canonical_event(event: Mapping[str, Any], store_id: str) -> bytes:
+    """The canonical bytes of a store event row (``seq``, ``kind``, ``at``, ``actor``,
+    ``detail``): the chain of the writer ``store_id`` (``observer.store.events``)."""
+    obj = {
+        "kind": "store_event",
+        "writer_id": store_id,
+        "seq": event["seq"],
+        "event": event["kind"],
+        "at": _time(event["at"]),
+        "actor": event["actor"],
+        "detail": event["detail"],
+    }
+    return canonical_json(obj)
+
+
+def runs_digest(runs: Sequence[Sequence[Any]]) -> str:
+    """Hex SHA-256 of the canonical JSON of purged runs, each ``[writer_id, first_seq,
+    last_seq, last_hash]``, sorted: what a purge's store event commits to."""
+    items = sorted([str(r[0]), int(r[1]), int(r[2]), str(r[3])] for r in runs)
+    return hashlib.sha256(canonical_json(items)).hexdigest()
+
+
 def chain_hash(prev: bytes, canonical: bytes) -> bytes:
     """``SHA-256(DOMAIN || canonical || prev)`` (32 bytes)."""
     return hashlib.sha256(DOMAIN + canonical + prev).digest()
@@ -141,10 +169,12 @@ __all__ = [
     "CONTENT_FIELDS",
     "DOMAIN",
     "GENESIS",
+    "canonical_event",
     "canonical_gap",
     "canonical_json",
     "canonical_record",
     "chain_hash",
     "committed_record",
     "digest",
+    "runs_digest",
 ]

@@ -267,3 +267,60 @@ class StoreMetaRow(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str]
+
+
+class StoreEventRow(Base):
+    """The store's own chained history (``observer.store.events``): legal holds made and
+    released, purges. Its chain is the writer ``store_id`` (``store_meta``), hashed and signed
+    like a writer's records, so a hold or a purge cannot be added, changed or removed unseen."""
+
+    __tablename__ = "store_events"
+    __table_args__ = {"comment": "Chained store events: holds created and released, purges."}
+
+    seq: Mapped[BigCount] = mapped_column(
+        primary_key=True, autoincrement=False, comment="1, 2, ... in the store's chain"
+    )
+    kind: Mapped[Label] = mapped_column(comment="hold_created, hold_released or purge")
+    at: Mapped[datetime] = mapped_column(comment="When the command ran (UTC)")
+    actor: Mapped[str] = mapped_column(comment="Who ran it (--by, else the operating system user)")
+    detail: Mapped[dict[str, Any]] = mapped_column(comment="The event's facts (observer.store.events)")
+    record_hash: Mapped[str] = mapped_column(String(64), comment="Chain hash (hex), as for a record")
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now(), comment="Insert time (database clock)")
+
+
+class HoldRow(Base):
+    """A legal hold (``observer.store.holds``): records in its scope are never purged while it
+    is active. The row is the current state; ``store_events`` holds its history, chained."""
+
+    __tablename__ = "holds"
+    __table_args__ = {"comment": "Legal holds: scope, reason, who made and released them."}
+
+    id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Hold id (UUID)")
+    reason: Mapped[str]
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+    created_seq: Mapped[BigCount] = mapped_column(comment="The store event that made it")
+    since: Mapped[datetime | None] = mapped_column(comment="Scope: records started at or after (UTC)")
+    until: Mapped[datetime | None] = mapped_column(comment="Scope: records started at or before (UTC)")
+    end_user: Mapped[str | None] = mapped_column(comment="Scope: enduser.id")
+    host: Mapped[str | None] = mapped_column(comment="Scope: server.address")
+    exchange_ids: Mapped[list[str] | None] = mapped_column(JSONType, comment="Scope: these record ids")
+    released_at: Mapped[datetime | None]
+    released_by: Mapped[str | None]
+    release_reason: Mapped[str | None]
+    released_seq: Mapped[BigCount | None] = mapped_column(comment="The store event that released it")
+
+
+class PurgedRunRow(Base):
+    """A run of consecutive chain entries of one writer that a purge removed
+    (``observer.store.purge``): seqs ``first_seq``..``last_seq``, all records, and the hash of the
+    last, from which the chain goes on. Committed by digest in the purge's store event."""
+
+    __tablename__ = "purged_runs"
+    __table_args__ = {"comment": "Chain entries removed by purges, as runs of seqs per writer."}
+
+    writer_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    first_seq: Mapped[BigCount] = mapped_column(primary_key=True, autoincrement=False)
+    last_seq: Mapped[BigCount]
+    last_hash: Mapped[str] = mapped_column(String(64), comment="record_hash of entry last_seq (hex)")
+    event_seq: Mapped[BigCount] = mapped_column(comment="The purge's store event")

@@ -29,7 +29,7 @@ from observer.errors import ObserverError
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
-from observer.store.models import CheckpointRow, ExchangeRow, GapRow, StoreMetaRow
+from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
 
@@ -179,7 +179,8 @@ class AuditStore:
             row["record_hash"] = head.hex()
 
     def chain_head(self, writer_id: str, session: Session | None = None) -> tuple[int, bytes]:
-        """(last seq, its ``record_hash``) of ``writer_id``'s chain; (0, ``GENESIS``) when empty."""
+        """(last seq, its ``record_hash``) of ``writer_id``'s chain (records, gaps and purged runs);
+        (0, ``GENESIS``) when empty."""
         ex, gap = ExchangeRow.__table__, GapRow.__table__
         q_ex = (
             select(ex.c.seq, ex.c.record_hash)
@@ -193,12 +194,19 @@ class AuditStore:
             .order_by(gap.c.seq_end.desc())
             .limit(1)
         )
+        run = PurgedRunRow.__table__
+        q_run = (
+            select(run.c.last_seq, run.c.last_hash)
+            .where(run.c.writer_id == writer_id)
+            .order_by(run.c.first_seq.desc())
+            .limit(1)
+        )
         if session is not None:
-            a, b = session.execute(q_ex).first(), session.execute(q_gap).first()
+            found = [session.execute(q).first() for q in (q_ex, q_gap, q_run)]
         else:
             with self._engine.connect() as conn:
-                a, b = conn.execute(q_ex).first(), conn.execute(q_gap).first()
-        best = max((r for r in (a, b) if r is not None), key=lambda r: r[0], default=None)
+                found = [conn.execute(q).first() for q in (q_ex, q_gap, q_run)]
+        best = max((r for r in found if r is not None), key=lambda r: r[0], default=None)
         return (0, GENESIS) if best is None else (best[0], bytes.fromhex(best[1]))
 
     def gaps(self, writer_id: str | None = None) -> list[Item]:
@@ -232,23 +240,25 @@ class AuditStore:
         return None if row is None else dict(row._mapping)
 
     def writers(self) -> list[str]:
-        """Every writer id with a chained record, gap or checkpoint."""
-        ex, gap, cp = ExchangeRow.__table__, GapRow.__table__, CheckpointRow.__table__
+        """Every writer id with a chained record, gap, purged run or checkpoint (the store's own
+        chain, ``store_id``, too once it has a checkpoint)."""
+        ex, gap, cp, run = ExchangeRow.__table__, GapRow.__table__, CheckpointRow.__table__, PurgedRunRow.__table__
         stmt = (
             select(ex.c.writer_id)
             .where(ex.c.writer_id.is_not(None))
-            .union(select(gap.c.writer_id), select(cp.c.writer_id))
+            .union(select(gap.c.writer_id), select(cp.c.writer_id), select(run.c.writer_id))
         )
         with self._engine.connect() as conn:
             return sorted(conn.scalars(stmt))
 
     def max_seq(self, writer_id: str) -> int:
-        """The highest seq of ``writer_id`` among stored records and gaps (0: none)."""
-        ex, gap = ExchangeRow.__table__, GapRow.__table__
+        """The highest seq of ``writer_id`` among stored records, gaps and purged runs (0: none)."""
+        ex, gap, run = ExchangeRow.__table__, GapRow.__table__, PurgedRunRow.__table__
         with self._engine.connect() as conn:
             a = conn.scalar(select(func.max(ex.c.seq)).where(ex.c.writer_id == writer_id)) or 0
             b = conn.scalar(select(func.max(gap.c.seq_end)).where(gap.c.writer_id == writer_id)) or 0
-        return max(a, b)
+            c = conn.scalar(select(func.max(run.c.last_seq)).where(run.c.writer_id == writer_id)) or 0
+        return max(a, b, c)
 
     def store_id(self) -> str:
         """This database's identity (``store_meta.store_id``), made on first use (several

@@ -20,6 +20,14 @@ from the first record started at or after ``since`` to the last started at or be
 are recomputed, from the stored hash of the entry before them (trusted as the anchor).
 
 Rows without ``writer_id`` (stored before the journal) are counted as ``unchained``.
+
+**The store's own chain** (writer ``store_id``: legal holds and purges, ``observer.store.events``)
+is recomputed whole, its checkpoints checked (each may be signed by any trusted key), each purge
+event's ``runs_sha256`` against the ``purged_runs`` rows it names, and the ``holds`` table against
+the hold events (a hold row changed, added or deleted is a break of the store's chain). A
+writer's seqs inside a purged run are skipped: the chain goes on from the run's last hash, so a
+purge leaves a verifying chain, and a deletion that no purge event covers is still ``seq
+missing``.
 """
 
 from __future__ import annotations
@@ -32,13 +40,18 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
 
-from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
+from observer.store.chain import GENESIS, canonical_event, canonical_gap, canonical_record, chain_hash, runs_digest
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
-from observer.store.models import BlockRow, ExchangeRow, GapRow, ToolCallRow, ViolationRow
+from observer.store.events import events as store_events
+from observer.store.holds import HOLD_COLUMNS, expected_holds, list_holds
+from observer.store.models import BlockRow, ExchangeRow, GapRow, PurgedRunRow, ToolCallRow, ViolationRow
 from observer.store.rows import exchange_from_row, rows_from_records
 from observer.store.store import AuditStore
 
 PAGE = 1000
+
+#: A writer's purged runs: first seq -> (last seq, hash of the last, the purge's event seq).
+Runs = dict[int, tuple[int, str, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +73,12 @@ class Break:
 class Report:
     """``verify``'s result: entries checked per writer, the time of each writer's last
     checkpoint (a deleted tail with its checkpoints shows as a silence since then), checkpoints
-    checked, rows outside any chain, the breaks (first per writer) and warnings (not breaks)."""
+    checked, rows outside any chain, the breaks (first per writer) and warnings (not breaks);
+    ``purged``: entries skipped as purged, ``store_events``: events of the store's chain checked."""
 
     entries: dict[str, int] = field(default_factory=dict)
+    purged: int = 0
+    store_events: int = 0
     last_checkpoint: dict[str, datetime] = field(default_factory=dict)
     checkpoints: int = 0
     unchained: int = 0
@@ -114,8 +130,9 @@ def verify(
                 " before the journal existed may be unchained",
             )
         )
-    writers = store.writers()
-    plans = {w: _range(store, w, since, until) for w in writers}
+    runs = _purged_runs(store)
+    writers = [w for w in store.writers() if w != store_id]
+    plans = {w: _range(store, w, since, until, runs.get(w, {})) for w in writers}
     if total is not None:
         total(sum(stop - start + 1 for start, stop in plans.values() if stop >= start))
     if isinstance(trusted, Ed25519PublicKey):
@@ -123,6 +140,9 @@ def verify(
     keys = {key_id(k): k for k in trusted or ()}
     if not keys:
         report.warnings.append("no checkpoint key given: checkpoints were not checked")
+    brk = _verify_store_chain(store, store_id, keys, runs, report)
+    if brk is not None:
+        report.breaks.append(brk)
     for writer in writers:
         start, stop = plans[writer]
         checkpoints = store.checkpoints(writer)
@@ -130,8 +150,9 @@ def verify(
             report.last_checkpoint[writer] = checkpoints[-1]["created_at"]
         wanted = {c["seq"] for c in checkpoints}
         heads: dict[int, str] = {}
-        brk, count, last_seq = _walk(store, writer, start, stop, wanted, heads, progress)
+        brk, count, last_seq, purged = _walk(store, writer, start, stop, wanted, heads, progress, runs.get(writer, {}))
         report.entries[writer] = count
+        report.purged += purged
         if brk is None and keys:
             brk = _check_checkpoints(writer, checkpoints, heads, keys, store_id, last_seq, since, until)
             report.checkpoints += len(checkpoints)
@@ -161,7 +182,9 @@ def verify(
     return report
 
 
-def _range(store: AuditStore, writer: str, since: datetime | None, until: datetime | None) -> tuple[int, int]:
+def _range(
+    store: AuditStore, writer: str, since: datetime | None, until: datetime | None, runs: Runs
+) -> tuple[int, int]:
     """(first seq, last seq) to recompute: all, or those of records started in the range
     (gaps between them included)."""
     ex, gap = ExchangeRow.__table__, GapRow.__table__
@@ -169,6 +192,7 @@ def _range(store: AuditStore, writer: str, since: datetime | None, until: dateti
         last = max(
             conn.scalar(select(func.max(ex.c.seq)).where(ex.c.writer_id == writer)) or 0,
             conn.scalar(select(func.max(gap.c.seq_end)).where(gap.c.writer_id == writer)) or 0,
+            max((r[0] for r in runs.values()), default=0),
         )
         first = 1
         if since is not None:
@@ -242,10 +266,14 @@ def _entries(store: AuditStore, writer: str, start: int, stop: int) -> Iterator[
         gi += 1
 
 
-def _anchor(store: AuditStore, writer: str, start: int) -> bytes:
-    """The stored hash of the entry before ``start`` (``GENESIS`` before seq 1)."""
+def _anchor(store: AuditStore, writer: str, start: int, runs: Runs) -> bytes:
+    """The stored hash of the entry before ``start`` (``GENESIS`` before seq 1), also when it
+    was purged (its run's last hash)."""
     if start <= 1:
         return GENESIS
+    purged = next((h for last, h, _e in runs.values() if last == start - 1), None)
+    if purged is not None:
+        return bytes.fromhex(purged)
     ex, gap = ExchangeRow.__table__, GapRow.__table__
     with store.engine.connect() as conn:
         h = conn.scalar(select(ex.c.record_hash).where(ex.c.writer_id == writer, ex.c.seq == start - 1))
@@ -262,20 +290,47 @@ def _walk(
     wanted: set[int],
     heads: dict[int, str],
     progress: Callable[[int], None] | None,
-) -> tuple[Break | None, int, int]:
-    """Recomputes the chain; (first break, entries checked, last seq reached)."""
-    prev = _anchor(store, writer, start)
+    runs: Runs,
+) -> tuple[Break | None, int, int, int]:
+    """Recomputes the chain, skipping purged runs; (first break, entries checked, last seq
+    reached, entries skipped as purged)."""
+    prev = _anchor(store, writer, start, runs)
     expected = start
     count = 0
     pending = 0
+    purged = 0
+
+    def skip_purged(limit: int) -> None:
+        nonlocal prev, expected, purged
+        while expected in runs and expected <= limit:
+            last, h, _event = runs[expected]
+            if last in wanted:
+                heads[last] = h
+            purged += last - expected + 1
+            prev, expected = bytes.fromhex(h), last + 1
+
     for seq, row, is_gap in _entries(store, writer, start, stop):
         rid = None if is_gap else row.id
+        skip_purged(seq)
         if seq < expected:
-            return Break(writer, seq, rid, "seq repeated (a row inserted, or rows reordered)"), count, expected - 1
+            run = next((e for first, (last, _h, e) in runs.items() if first <= seq <= last), None)
+            reason = (
+                "seq repeated (a row inserted, or rows reordered)"
+                if run is None
+                else f"a row inside the run that purge event {run} removed (inserted again?)"
+            )
+            return Break(writer, seq, rid, reason), count, expected - 1, purged
         if seq > expected:
-            missing = f"{expected}" if seq == expected + 1 else f"{expected}..{seq - 1}"
+            upto = min((f for f in runs if f > expected), default=seq) if runs else seq
+            upto = min(upto, seq) - 1  # (a purged run after the hole is not part of it)
+            missing = f"{expected}" if upto == expected else f"{expected}..{upto}"
             after = f"; the next row is seq {seq}" + (f", record {rid}" if rid else " (a gap)")
-            return Break(writer, expected, None, f"seq {missing} missing (a row deleted{after})"), count, expected - 1
+            return (
+                Break(writer, expected, None, f"seq {missing} missing (a row deleted{after})"),
+                count,
+                expected - 1,
+                purged,
+            )
         if is_gap:
             canonical = canonical_gap(row, writer)
             stored = row["record_hash"]
@@ -292,11 +347,12 @@ def _walk(
                 Break(writer, seq, rid, f"hash mismatch: this {what}, or the order before it, was changed"),
                 count,
                 expected - 1,
+                purged,
             )
         copied = None if is_gap else _copied_column_changed(row, record)
         if copied is not None:
             reason = f"column {copied} differs from the record it is copied from (changed)"
-            return Break(writer, seq, rid, reason), count, expected - 1
+            return Break(writer, seq, rid, reason), count, expected - 1, purged
         if end in wanted:
             heads[end] = stored
         prev = h
@@ -306,9 +362,88 @@ def _walk(
         if progress is not None and pending >= PAGE:
             progress(pending)
             pending = 0
+    skip_purged(stop)
     if progress is not None and pending:
         progress(pending)
-    return None, count, expected - 1
+    return None, count, expected - 1, purged
+
+
+def _purged_runs(store: AuditStore) -> dict[str, Runs]:
+    table = PurgedRunRow.__table__
+    out: dict[str, Runs] = {}
+    with store.engine.connect() as conn:
+        for r in conn.execute(select(table)):
+            out.setdefault(r.writer_id, {})[r.first_seq] = (r.last_seq, r.last_hash, r.event_seq)
+    return out
+
+
+def _verify_store_chain(
+    store: AuditStore,
+    store_id: str,
+    keys: dict[str, Ed25519PublicKey],
+    runs: dict[str, Runs],
+    report: Report,
+) -> Break | None:
+    """The store's own chain (events, their checkpoints, the purged runs and holds they
+    determine); its first break."""
+    with store.engine.connect() as conn:
+        events = store_events(conn)
+    report.store_events = len(events)
+    checkpoints = store.checkpoints(store_id)
+    if checkpoints:
+        report.last_checkpoint[store_id] = checkpoints[-1]["created_at"]
+    prev = GENESIS
+    heads: dict[int, str] = {}
+    for i, event in enumerate(events, 1):
+        if event["seq"] != i:
+            return Break(store_id, i, None, f"store event {i} missing (deleted)")
+        h = chain_hash(prev, canonical_event(event, store_id))
+        if event["record_hash"] != h.hex():
+            return Break(store_id, i, None, f"hash mismatch: store event {i} ({event['kind']}) was changed")
+        heads[i] = event["record_hash"]
+        prev = h
+    purges = {e["seq"] for e in events if e["kind"] == "purge"}
+    by_event: dict[int, list[tuple[str, int, int, str]]] = {}
+    for writer, wruns in sorted(runs.items()):
+        for first, (last, h, event_seq) in sorted(wruns.items()):
+            if event_seq not in purges:
+                return Break(writer, first, None, f"purged run {first}..{last} names no purge event ({event_seq})")
+            by_event.setdefault(event_seq, []).append((writer, first, last, h))
+    for event in events:
+        if event["kind"] == "purge" and runs_digest(by_event.get(event["seq"], [])) != event["detail"]["runs_sha256"]:
+            return Break(
+                store_id,
+                event["seq"],
+                None,
+                f"purge event {event['seq']}: the purged runs differ from those it committed to (added, changed or"
+                " deleted)",
+            )
+    brk = _check_holds(store, store_id, events)
+    if brk is None and keys:
+        brk = _check_checkpoints(store_id, checkpoints, heads, keys, store_id, len(events), None, None, any_key=True)
+        report.checkpoints += len(checkpoints)
+    if brk is None and events and not checkpoints:
+        report.warnings.append("the store's chain of holds and purges has no checkpoints (deleted?)")
+    return brk
+
+
+def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]]) -> Break | None:
+    expected, problems = expected_holds(events)
+    if problems:
+        return Break(store_id, None, None, problems[0])
+    stored = {h["id"]: h for h in list_holds(store.engine, include_released=True)}
+    for hold_id in sorted(set(expected) | set(stored)):
+        want, have = expected.get(hold_id), stored.get(hold_id)
+        if want is None:
+            return Break(store_id, None, None, f"hold {hold_id} has no chained event (inserted)")
+        if have is None:
+            return Break(store_id, want["created_seq"], None, f"hold {hold_id} deleted from the holds table")
+        changed = next((c for c in HOLD_COLUMNS if want[c] != have[c]), None)
+        if changed is not None:
+            return Break(
+                store_id, want["created_seq"], None, f"hold {hold_id}: {changed} differs from its chained events"
+            )
+    return None
 
 
 def _copied_column_changed(row: Any, record: Any) -> str | None:
@@ -332,7 +467,11 @@ def _check_checkpoints(
     last_seq: int,
     since: datetime | None,
     until: datetime | None,
+    *,
+    any_key: bool = False,
 ) -> Break | None:
+    """The first problem of a chain's checkpoints: each signed by a trusted key (all by the
+    same one unless ``any_key``), numbered 1, 2, ..., linked, naming the chain's heads."""
     prev = ZERO_HASH
     public = keys.get(checkpoints[0]["key_id"]) if checkpoints else None
     if checkpoints and public is None:
@@ -345,6 +484,10 @@ def _check_checkpoints(
         )
     for i, cp in enumerate(checkpoints, 1):
         where = f"checkpoint {cp['number']}"
+        if any_key:
+            public = keys.get(cp["key_id"])
+            if public is None:
+                return Break(writer, cp["seq"], None, f"{where}: signed by an unknown key ({cp['key_id']})")
         if cp["number"] != i:
             return Break(writer, cp["seq"], None, f"{where}: checkpoint {i} missing (deleted)")
         problem = check_checkpoint(cp, public, store_id)  # type: ignore[arg-type]

@@ -25,6 +25,9 @@ TABLES = {
     "gaps",
     "store_meta",
     "checkpoints",
+    "store_events",
+    "holds",
+    "purged_runs",
 }
 
 
