@@ -15,6 +15,7 @@ from alembic.config import Config
 from sqlalchemy.engine import make_url
 
 from observer.errors import ConfigError
+from observer.store.partitions import is_partition
 
 log = logging.getLogger("observer.store")
 
@@ -33,6 +34,22 @@ def alembic_config(url: str) -> Config:
     # Passed as an attribute, not a main option: configparser would interpolate "%" in passwords.
     config.attributes["url"] = url
     return config
+
+
+def include_name(name: str | None, type_: str, parent_names: object) -> bool:
+    """Alembic's ``include_name`` hook: leaves the monthly partitions
+    (``observer.store.partitions``) out of autogenerate's comparison (``alembic check``): they
+    are made at run time, not declared in the models."""
+    return not (type_ == "table" and name is not None and is_partition(name))
+
+
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """Alembic's ``include_object`` hook: leaves out the foreign keys PostgreSQL keeps for each
+    partition a partitioned foreign key references (reflected as keys to ``exchanges_pYYYY_MM``)."""
+    if type_ == "foreign_key_constraint" and reflected:
+        referred = getattr(obj, "referred_table", None)
+        return not (referred is not None and is_partition(referred.name))
+    return True
 
 
 def upgrade(url: str, revision: str = "head") -> None:

@@ -28,7 +28,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Double,
-    ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -104,17 +104,31 @@ Label = Annotated[str, mapped_column(String(64))]
 BigCount = Annotated[int, mapped_column(BigInteger)]
 
 
+#: The partition key of the exchange tables on PostgreSQL (``observer.store.partitions``).
+PARTITION_BY = "RANGE (started_at)"
+
+
 class ExchangeRow(Base):
-    """One observed exchange (``observer.records.Exchange``), its scalar facts denormalised."""
+    """One observed exchange (``observer.records.Exchange``), its scalar facts denormalised.
+
+    The primary key is (``id``, ``started_at``): on PostgreSQL the table is range-partitioned by
+    month on ``started_at`` (``observer.store.partitions``), and a partitioned table's unique
+    keys must hold the partition key. A record id is unique all the same: the writer checks the
+    ids it stores (``AuditStore.write_many``) and makes them as UUID 4; the key's index, led by
+    ``id``, serves the lookup by id alone."""
 
     __tablename__ = "exchanges"
     __table_args__ = (
         # Keyset pagination orders by (started_at DESC, id DESC); an ascending index on both
         # columns serves that order by a backward scan on PostgreSQL and SQLite alike.
         Index("ix_exchanges_started_at_id", "started_at", "id"),
-        # One record per (writer, seq): the journal's numbering, so a replay never duplicates.
-        Index("ux_exchanges_writer_id_seq", "writer_id", "seq", unique=True),
-        {"comment": "One row per observed LLM exchange (request + streamed response)."},
+        # One record per (writer, seq): the journal's numbering, so a replay never duplicates
+        # (with started_at: the partition key; a record's started_at never changes).
+        Index("ux_exchanges_writer_id_seq", "writer_id", "seq", "started_at", unique=True),
+        {
+            "comment": "One row per observed LLM exchange (request + streamed response).",
+            "postgresql_partition_by": PARTITION_BY,
+        },
     )
 
     id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Record id (UUID) assigned by the observer")
@@ -126,7 +140,9 @@ class ExchangeRow(Base):
     method: Mapped[str] = mapped_column(comment="http.request.method")
     http_version: Mapped[str] = mapped_column(comment="network.protocol.version")
     status_code: Mapped[int | None] = mapped_column(comment="http.response.status_code")
-    started_at: Mapped[datetime] = mapped_column(comment="Request start (UTC)")
+    started_at: Mapped[datetime] = mapped_column(
+        primary_key=True, comment="Request start (UTC); the partition key on PostgreSQL"
+    )
     ended_at: Mapped[datetime | None] = mapped_column(comment="Last byte or abort (UTC)")
     ttft_s: Mapped[float | None] = mapped_column(
         comment="gen_ai.server.time_to_first_token (seconds from request start)"
@@ -173,20 +189,33 @@ class ExchangeRow(Base):
 
 
 class ChildRow:
-    """The key of every child table of ``exchanges``: the record and the item's place in its
-    list (an ``Exchange`` list field, e.g. ``blocks``; ``observer.store.rows``)."""
+    """The key of every child table of ``exchanges``: the record (its id and start, the
+    partition key, so a month's child rows are partitioned with their records) and the item's
+    place in its list (an ``Exchange`` list field, e.g. ``blocks``; ``observer.store.rows``)."""
 
-    exchange_id: Mapped[RecordId] = mapped_column(
-        ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True, sort_order=-1
+    exchange_id: Mapped[RecordId] = mapped_column(primary_key=True, sort_order=-1)
+    exchange_started_at: Mapped[datetime] = mapped_column(
+        primary_key=True, sort_order=-1, comment="The record's started_at (the partition key)"
     )
     position: Mapped[int] = mapped_column(primary_key=True, sort_order=-1, comment="Order within the record")
+
+
+def _child_args(comment: str) -> tuple[Any, ...]:
+    """A child table's ``__table_args__``: the foreign key to its record (deleted with it) and
+    the same partitioning as ``exchanges``."""
+    return (
+        ForeignKeyConstraint(
+            ["exchange_id", "exchange_started_at"], ["exchanges.id", "exchanges.started_at"], ondelete="CASCADE"
+        ),
+        {"comment": comment, "postgresql_partition_by": "RANGE (exchange_started_at)"},
+    )
 
 
 class BlockRow(ChildRow, Base):
     """One content block of a response (``observer.records.Block``)."""
 
     __tablename__ = "exchange_blocks"
-    __table_args__ = {"comment": "Content blocks of a response, in record order."}
+    __table_args__ = _child_args("Content blocks of a response, in record order.")
 
     index: Mapped[BigCount] = mapped_column(comment="Block index as on the wire")
     type: Mapped[str]
@@ -198,7 +227,7 @@ class ToolCallRow(ChildRow, Base):
     """One tool invocation requested by the model (``observer.records.ToolCall``)."""
 
     __tablename__ = "exchange_tool_calls"
-    __table_args__ = {"comment": "Tool calls requested by the model, in record order."}
+    __table_args__ = _child_args("Tool calls requested by the model, in record order.")
 
     index: Mapped[BigCount | None] = mapped_column(comment="Tool call index as on the wire")
     call_id: Mapped[str | None] = mapped_column(comment="gen_ai.tool.call.id")
@@ -211,7 +240,7 @@ class ViolationRow(ChildRow, Base):
     """One protocol or lifecycle violation (``observer.records.Violation``)."""
 
     __tablename__ = "exchange_violations"
-    __table_args__ = {"comment": "Protocol and lifecycle violations, in record order."}
+    __table_args__ = _child_args("Protocol and lifecycle violations, in record order.")
 
     kind: Mapped[Label] = mapped_column(index=True, comment="observer.records.ViolationKind value")
     seq: Mapped[BigCount | None] = mapped_column(comment="Stream seq concerned (may exceed 2^53)")

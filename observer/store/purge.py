@@ -11,9 +11,13 @@ checkpoints. Records stored before the chain existed (no writer) are removed whe
 counted. Everything (records, their blocks, tool calls and violations by ``ON DELETE CASCADE``,
 the runs, the event and its checkpoint) is one transaction: a purge that fails removes nothing.
 
+On PostgreSQL, a month's partitions (``observer.store.partitions``) that end before the cutoff
+and hold no held record are dropped whole (``DROP TABLE``, no row-by-row delete); the rest of
+the due records are deleted by their runs. The runs are recorded either way, so ``verify``
+cannot tell the two apart.
+
 Before removing anything the chain up to the cutoff is recomputed (``observer.store.verify``):
-a purge never erases the evidence of a break. On PostgreSQL the rows are deleted by seq
-ranges; monthly partitions, dropped whole, are still to come.
+a purge never erases the evidence of a break.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, not_, select
+from sqlalchemy import Connection, bindparam, delete, func, insert, not_, select, text
 
 from observer.errors import ObserverError
 from observer.shape import rfc3339
+from observer.store import partitions
 from observer.store.chain import runs_digest
 from observer.store.checkpoint import CheckpointKey
 from observer.store.events import append_event
@@ -63,6 +68,7 @@ class PurgeResult:
     held: int = 0
     runs: list[tuple[str, int, int, str]] = field(default_factory=list)
     event: dict[str, Any] | None = None
+    dropped: list[partitions.Month] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -125,6 +131,8 @@ def purge(
             "runs_sha256": runs_digest(result.runs),
         }
         event = append_event(conn, key, store_id, "purge", actor, detail, now)
+        if conn.dialect.name == "postgresql":
+            result.dropped = _drop_months(conn, cutoff, holds)
         if result.runs:
             by_seq = delete(ex).where(
                 ex.c.writer_id == bindparam("w"), ex.c.seq >= bindparam("a"), ex.c.seq <= bindparam("b")
@@ -141,6 +149,30 @@ def purge(
             conn.execute(delete(ex).where(ex.c.writer_id.is_(None), due))
         result.event = event
     return result
+
+
+def _drop_months(conn: Connection, cutoff: datetime, holds: list[dict[str, Any]]) -> list[partitions.Month]:
+    """PostgreSQL: drops each month's partitions that end at or before ``cutoff`` and hold no
+    record under a hold (all its rows are due, and in the runs); the months dropped. The four
+    tables are locked first, parent first as the writer inserts, so the drops cannot deadlock
+    with a writer's transaction (writers and readers wait until the purge commits)."""
+    ex = ExchangeRow.__table__
+    due = []
+    for month in sorted(partitions.existing(conn)):
+        start, end = partitions.bounds(month)
+        if end > cutoff:
+            continue
+        if holds:
+            in_month = (ex.c.started_at >= start) & (ex.c.started_at < end)
+            if conn.scalar(select(func.count()).select_from(ex).where(in_month, held(holds))):
+                continue
+        due.append(month)
+    if due:
+        for table in partitions.TABLES:
+            conn.execute(text(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE'))
+        for month in due:
+            partitions.drop_month(conn, month)
+    return due
 
 
 def _runs(conn: Connection, due: Any) -> Iterator[tuple[str, int, int, str]]:

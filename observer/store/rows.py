@@ -7,8 +7,8 @@ The rule, per key of a record class (``Exchange``, and the classes of its lists)
   record there (``request``) is stored as its ``to_dict()`` JSON; a derived key (``text``,
   ``request_model``) is written for queries and never read back (nor stored without a column);
 - a list of records (``blocks``, ``tool_calls``, ``violations``): one row each in the child
-  table of ``ExchangeRow``'s relationship of that name, with ``exchange_id`` and ``position``
-  (the list order);
+  table of ``ExchangeRow``'s relationship of that name, with ``exchange_id``,
+  ``exchange_started_at`` (the record's, the partition key) and ``position`` (the list order);
 - a nested record without a column of its name (``usage``, ``error``): flattened into the
   columns that ``FLATTENED`` names.
 
@@ -74,7 +74,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "events",
 )
 
-_CHILD_COLUMNS = ("exchange_id", "position")  # columns of every child table that are not fields
+_CHILD_COLUMNS = ("exchange_id", "exchange_started_at", "position")  # columns of every child table that are not fields
 #: ``exchanges`` columns the store sets, not the record: the journal's numbering and the chain
 #: hash (``write_many``).
 JOURNAL_COLUMNS = ("writer_id", "seq", "record_hash")
@@ -210,10 +210,10 @@ _child_rows = {
         m.table,
         _compile(
             f"{name}_rows",
-            "items, exchange_id",
+            "items, exchange_id, started_at",
             "["
             + dict_display(
-                [("exchange_id", "exchange_id"), ("position", "position")]
+                [("exchange_id", "exchange_id"), ("exchange_started_at", "started_at"), ("position", "position")]
                 + [e for k in keys(m.cls) for e in m.write(k, "x")]
             )
             + " for position, x in enumerate(items)]",
@@ -292,7 +292,7 @@ def rows_from_records(records: Sequence[Exchange]) -> tuple[list[Item], dict[Fro
         for name, (table, make) in _child_rows.items():
             items = getattr(r, name)
             if items:
-                children[table].extend(make(items, rid))
+                children[table].extend(make(items, rid, r.started_at))
     return exchanges, children
 
 

@@ -30,6 +30,7 @@ from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
+from observer.store.partitions import Partitions
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
 
@@ -71,6 +72,7 @@ class AuditStore:
 
     def __init__(self, url: str) -> None:
         self._engine = _create_engine(url)
+        self._partitions = Partitions()
 
     @classmethod
     def from_engine(cls, engine: Engine) -> AuditStore:
@@ -79,6 +81,7 @@ class AuditStore:
         if engine.dialect.name == "sqlite" and not event.contains(engine, "connect", _sqlite_on_connect):
             event.listen(engine, "connect", _sqlite_on_connect)
         store._engine = engine
+        store._partitions = Partitions()
         return store
 
     @property
@@ -122,20 +125,36 @@ class AuditStore:
         ids = [r["id"] for r in exchanges]
         id_column = ExchangeRow.__table__.c.id
         stored: set[str] = set()
-        with Session(self._engine) as session, session.begin():
-            for start in range(0, len(ids), _IN_CHUNK):
-                stored.update(session.scalars(select(id_column).where(id_column.in_(ids[start : start + _IN_CHUNK]))))
-            if stored:
-                exchanges = [r for r in exchanges if r["id"] not in stored]
-                children = {t: [r for r in rows if r["exchange_id"] not in stored] for t, rows in children.items()}
-            gap_rows = self._new_gaps(session, writer_id, gaps)
-            if chained:
-                self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
-            # Core inserts on the tables (the ORM's bulk insert would split the batch into one
-            # statement per run of rows with the same NULL columns).
-            for table, rows in ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows)):
-                if rows:
-                    session.execute(insert(table), rows)
+        times = [r["started_at"] for r in exchanges]
+        self._partitions.ensure(self._engine, times)  # PostgreSQL: the months' partitions
+        for attempt in (1, 2):
+            try:
+                with Session(self._engine) as session, session.begin():
+                    for start in range(0, len(ids), _IN_CHUNK):
+                        chunk = ids[start : start + _IN_CHUNK]
+                        stored.update(session.scalars(select(id_column).where(id_column.in_(chunk))))
+                    if stored:
+                        exchanges = [r for r in exchanges if r["id"] not in stored]
+                        children = {
+                            t: [r for r in rows if r["exchange_id"] not in stored] for t, rows in children.items()
+                        }
+                    gap_rows = self._new_gaps(session, writer_id, gaps)
+                    if chained:
+                        self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
+                    # Core inserts on the tables (the ORM's bulk insert would split the batch into one
+                    # statement per run of rows with the same NULL columns).
+                    tables = ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows))
+                    for table, rows in tables:
+                        if rows:
+                            session.execute(insert(table), rows)
+                break
+            except sa_exc.IntegrityError as exc:
+                # A month's partition dropped by a purge since this store made it (a record
+                # that old arriving late): forget what is known, make it again, once.
+                if attempt == 2 or "no partition of relation" not in str(exc):
+                    raise
+                self._partitions.forget()
+                self._partitions.ensure(self._engine, times)
         if stored:
             log.info("audit store: %d of %d records were already stored", len(stored), len(ids))
         return len(stored)
@@ -279,16 +298,17 @@ class AuditStore:
 
     def get(self, id: str) -> Item | None:  # noqa: A002 - the record's field name
         """The record with this id as ``Exchange.to_dict()`` returns it, or ``None``."""
-        with Session(self._engine) as session:
-            row = session.get(
-                ExchangeRow,
-                id,
-                options=[
-                    selectinload(ExchangeRow.blocks),
-                    selectinload(ExchangeRow.tool_calls),
-                    selectinload(ExchangeRow.violations),
-                ],
+        stmt = (
+            select(ExchangeRow)
+            .where(ExchangeRow.id == id)
+            .options(
+                selectinload(ExchangeRow.blocks),
+                selectinload(ExchangeRow.tool_calls),
+                selectinload(ExchangeRow.violations),
             )
+        )
+        with Session(self._engine) as session:
+            row = session.scalars(stmt).first()
             return None if row is None else exchange_from_row(row).to_dict()
 
     def ping(self) -> None:

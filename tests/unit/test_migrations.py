@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from observer.store.migrate import MIGRATIONS_DIR, downgrade, upgrade
+from observer.store.migrate import MIGRATIONS_DIR, downgrade, include_name, include_object, upgrade
 from observer.store.models import Base
+from observer.store.partitions import is_partition
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -37,7 +38,13 @@ def _drift(url: str) -> list[object]:
         with engine.connect() as conn:
             context = MigrationContext.configure(
                 conn,
-                opts={"compare_type": True, "compare_server_default": True, "target_metadata": Base.metadata},
+                opts={
+                    "compare_type": True,
+                    "compare_server_default": True,
+                    "target_metadata": Base.metadata,
+                    "include_name": include_name,
+                    "include_object": include_object,
+                },
             )
             return list(compare_metadata(context, Base.metadata))
     finally:
@@ -47,7 +54,7 @@ def _drift(url: str) -> list[object]:
 def _tables(url: str) -> set[str]:
     engine = sa.create_engine(url)
     try:
-        return set(sa.inspect(engine).get_table_names())
+        return {t for t in sa.inspect(engine).get_table_names() if not is_partition(t)}
     finally:
         engine.dispose()
 
