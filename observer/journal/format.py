@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -62,6 +63,11 @@ class Kind(enum.IntEnum):
     CUT = ord("C")
 
 
+#: A run of 19 digits: an integer there may be beyond 64 bits (orjson would make it a float).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_STR = re.compile(r"[0-9]{19}")
+
+
 def dumps(obj: Any) -> bytes:
     """JSON bytes of ``obj``: ``orjson``, or ASCII-escaped standard JSON for what orjson refuses."""
     try:
@@ -70,12 +76,20 @@ def dumps(obj: Any) -> bytes:
         return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def loads(data: bytes | memoryview) -> Any:
-    """The inverse of ``dumps``; raises ``ValueError`` on bytes that are not JSON."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(bytes(data))
+def loads(data: bytes | memoryview | str) -> Any:
+    """The inverse of ``dumps``, with exactly the values ``json.loads`` gives: ``orjson``, or the
+    standard library for what orjson refuses (``NaN``, lone surrogates) or would read otherwise
+    (it turns an integer beyond 64 bits into a float, so text with a run of 19 digits is read by
+    the standard library). Raises ``ValueError`` on bytes that are not JSON."""
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    long_digits = _LONG_DIGITS_STR if isinstance(data, str) else _LONG_DIGITS
+    if long_digits.search(data) is None:  # type: ignore[arg-type]
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def entry(kind: Kind, *body: bytes) -> bytes:

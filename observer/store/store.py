@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload
 
 from observer.errors import ObserverError
+from observer.journal.format import loads
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
@@ -379,7 +380,9 @@ def _create_engine(url: str) -> Engine:
     if backend == "postgresql" and "connect_timeout" not in parsed.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     # hide_parameters: driver errors must not carry prompt or completion text into the logs.
-    engine = create_engine(parsed, hide_parameters=True, pool_pre_ping=True, connect_args=connect_args)
+    engine = create_engine(
+        parsed, hide_parameters=True, pool_pre_ping=True, connect_args=connect_args, json_deserializer=loads
+    )
     if backend == "sqlite":
         from observer.store.migrate import prepare_sqlite_file
 

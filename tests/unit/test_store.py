@@ -469,3 +469,28 @@ def test_deeply_nested_request_is_cut_not_fatal(store: AuditStore) -> None:
         "seq": None,
         "detail": "JSON nested beyond 64 levels cut in: request.parameters",
     }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":[1,2.5,-0.0,1e300,"\\u00e9",null,true],"b":{}}',
+        '{"nan":NaN,"inf":Infinity}',  # the standard library reads them, orjson does not
+        '{"big":123456789012345678901234567890}',  # beyond 64 bits: orjson makes it a float
+        '{"neg":-9223372036854775809,"u64":18446744073709551615}',  # 19 and 20 digits
+        '{"lone":"\\ud800x"}',  # a lone surrogate escape
+        '"plain"',
+    ],
+)
+def test_json_is_read_as_the_standard_library_reads_it(text: str) -> None:
+    """The store's JSON columns and the journal's entries (``format.loads``)."""
+    import json
+    import math
+
+    from observer.journal.format import loads
+
+    got, want = loads(text), json.loads(text)
+    if "nan" in text:
+        assert math.isnan(got["nan"]) and got["inf"] == want["inf"] == math.inf
+    else:
+        assert got == want and type(got) is type(want)
