@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from observer.errors import ConfigError
 from observer.shape import rfc3339
+
+log = logging.getLogger(__name__)
 
 NOTE_HEADER = "llm-stream-observer checkpoint v1"
 ZERO_HASH = "0" * 64
@@ -102,6 +105,7 @@ class CheckpointKey:
             return cls(key, path)
         except OSError as exc:
             raise ConfigError(f"cannot read the checkpoint key {path}: {exc.strerror}") from exc
+        _warn_if_readable(path)
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
@@ -117,6 +121,22 @@ class CheckpointKey:
     @property
     def key_id(self) -> str:
         return key_id(self.public)
+
+
+def _warn_if_readable(path: Path) -> None:
+    """Logs a warning when others than the owner may read the key file (whoever reads it can
+    sign a rewritten chain); not refused, as a key mounted from a secret store often is 0644."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        log.warning(
+            "the checkpoint key %s is readable by others than its owner (mode %04o): whoever reads it can sign a"
+            " rewritten chain; chmod 600 it",
+            path,
+            mode,
+        )
 
 
 def note_text(store_id: str, writer_id: str, number: int, seq: int, head: str, at: datetime, prev: str) -> str:

@@ -409,3 +409,16 @@ def test_verify_without_a_key_says_checkpoints_were_not_checked(
     totals: list[int] = []
     ranged = verify(chained, None, until=T0 + timedelta(seconds=5), progress=progress.append, total=totals.append)
     assert ranged.ok and list(ranged.entries.values()) == [6] and totals == [6] and sum(progress) == 6
+
+
+def test_a_key_readable_by_others_is_warned_about(
+    tmp_path: Path, key: CheckpointKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Trial finding: a 0644 key file was used without a word."""
+    with caplog.at_level("WARNING", logger="observer.store.checkpoint"):
+        CheckpointKey.load_or_create(key.path)
+        assert not caplog.records  # made 0600
+        key.path.chmod(0o644)
+        CheckpointKey.load_or_create(key.path)
+    (record,) = caplog.records
+    assert "readable by others than its owner (mode 0644)" in record.getMessage()
