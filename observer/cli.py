@@ -255,16 +255,20 @@ def verify(
                 total=total,
             )
     except _db_errors() as exc:
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_reason(exc)}")
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
     finally:
         store.dispose()
     for warning in report.warnings:
         typer.echo(f"observer: warning: {warning}", err=True)
     for writer, at in sorted(report.last_checkpoint.items()):
-        typer.echo(f"observer: writer {writer}: last checkpoint {rfc3339(at)}")
+        what = "the store's chain (holds, purges)" if writer == report.store_id else f"writer {writer}"
+        typer.echo(f"observer: {what}: last checkpoint {rfc3339(at)}")
     entries = sum(report.entries.values())
-    summary = f"{entries} entries of {len(report.entries)} writers, {report.checkpoints} checkpoints checked" + (
-        f"; {report.unchained} records stored before the chain (not chained)" if report.unchained else ""
+    summary = (
+        f"{entries} entries of {len(report.entries)} writers, {report.checkpoints} checkpoints checked"
+        + (f", {report.purged} entries purged" if report.purged else "")
+        + (f", {report.store_events} store events (holds, purges)" if report.store_events else "")
+        + (f"; {report.unchained} records stored before the chain (not chained)" if report.unchained else "")
     )
     if report.ok:
         typer.echo(f"observer: verified: {summary}")
@@ -347,24 +351,39 @@ def purge(
     retention_days: Annotated[
         int | None, typer.Option(help="Override the retention_days setting (days; under 183 needs the override).")
     ] = None,
+    retention_override: Annotated[
+        bool | None,
+        typer.Option("--retention-override/--no-retention-override", help="Allow retention_days under 183."),
+    ] = None,
     key: SignKeyOpt = None,
+    trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trust", help="Another writer's checkpoint key (public PEM) the chain is verified with (repeatable)."
+        ),
+    ] = None,
     by: ByOpt = None,
 ) -> None:
     """Remove the records started more than retention_days ago, except those under a legal hold.
 
-    The chain up to the cutoff is verified first (a break refuses the purge: exit 1); then, in one
-    transaction, the due records are removed and a signed, chained purge event records what
-    (so observer verify still passes). Exit 0 done; 1 refused; 2 bad arguments or the store
-    cannot be used."""
+    The chain up to the cutoff is verified first, with the signing key and the --trust keys (a
+    break refuses the purge: exit 1); then, in one transaction, the due records are removed and
+    a signed, chained purge event records what (so observer verify still passes). Exit 0 done;
+    1 refused; 2 bad arguments, the store cannot be used, or it was busy (run it again)."""
     from datetime import datetime, timezone
 
     from observer.shape import rfc3339
     from observer.store.events import ConcurrentChange
-    from observer.store.purge import PurgeRefused
+    from observer.store.purge import PurgeBusy, PurgeRefused
     from observer.store.purge import purge as run_purge
 
     _logging()
-    settings = _settings({"retention_days": "--retention-days"}, db=db, retention_days=retention_days)
+    settings = _settings(
+        {"retention_days": "--retention-days", "retention_override": "--retention-override"},
+        db=db,
+        retention_days=retention_days,
+        retention_override=retention_override,
+    )
     if settings.retention_days < MIN_RETENTION_DAYS:
         typer.echo(
             f"observer: warning: retention_days is {settings.retention_days}, under six months"
@@ -372,6 +391,7 @@ def purge(
             err=True,
         )
     signer = None if dry_run else _signing_key(settings, key)
+    trusted = _public_keys(settings, trust) if trust else []
     store = _open_read_only(settings.db)
     try:
         result = run_purge(
@@ -382,11 +402,12 @@ def purge(
             retention_override=settings.retention_override,
             actor=_actor(by),
             dry_run=dry_run,
+            trusted=trusted,
         )
     except PurgeRefused as exc:
         typer.echo(f"observer: {exc}", err=True)
         raise typer.Exit(1) from None
-    except ConcurrentChange as exc:
+    except (ConcurrentChange, PurgeBusy) as exc:
         _fail(str(exc))
     except _db_errors() as exc:
         _fail(f"cannot purge the audit store {_safe(settings.db)}: {_store_reason(exc)}")
@@ -401,6 +422,9 @@ def purge(
     )
     for writer, n in sorted(result.records.items()):
         typer.echo(f"observer: writer {writer}: {n} records")
+    if result.dropped:
+        months = ", ".join(f"{y:04d}-{m:02d}" for y, m in result.dropped)
+        typer.echo(f"observer: partitions dropped whole (PostgreSQL): {months}")
 
 
 @hold_app.command("create")
@@ -419,7 +443,7 @@ def hold_create(
     hold's id. Exit 2 for a bad scope or an unusable store."""
     from datetime import datetime, timezone
 
-    from observer.store.holds import HoldError, Scope, create_hold
+    from observer.store.holds import HoldError, Scope, count_held, create_hold
 
     _logging()
     settings = _settings(db=db)
@@ -437,6 +461,7 @@ def hold_create(
     store = _open_read_only(settings.db)
     try:
         row = create_hold(store.engine, signer, store.store_id(), scope, reason, _actor(by), datetime.now(timezone.utc))
+        matching = count_held(store.engine, row)
     except HoldError as exc:
         _fail(str(exc))
     except _db_errors() as exc:
@@ -446,7 +471,7 @@ def hold_create(
     finally:
         store.dispose()
     typer.echo(row["id"])
-    typer.echo(f"observer: hold {row['id']} made: {_scope_text(row)}", err=True)
+    typer.echo(f"observer: hold {row['id']} made: {_scope_text(row)}; {matching} records stored match it now", err=True)
 
 
 @hold_app.command("release")
@@ -536,8 +561,8 @@ def _signing_key(settings: Settings, given: str | None) -> Any:
     path = Path(given) if given else settings.checkpoint_key_path
     if not path.is_file():
         _fail(
-            f"no checkpoint key {path}: run this where observer run keeps its data (--data-dir / OBSERVER_DATA_DIR)"
-            " or give --key"
+            f"no checkpoint key {path}: run this where observer run keeps its data (OBSERVER_DATA_DIR or data_dir in"
+            " observer.toml) or give --key"
         )
     try:
         return CheckpointKey.load_or_create(path)
@@ -561,7 +586,7 @@ def _actor(given: str | None) -> str:
 def _store_reason(exc: BaseException) -> str:
     """``_reason``, with the fix when the schema is older than the command (a missing table)."""
     reason = _reason(exc)
-    if "no such table" in reason or "does not exist" in reason:
+    if "no such table" in reason or "no such column" in reason or "does not exist" in reason:
         reason += " (the store's schema is older than this command: run observer db upgrade)"
     return reason
 

@@ -44,19 +44,26 @@ def sorted_by(attribute: str) -> Mapping[str, Any]:
 
 
 def rfc3339(ts: datetime | None) -> str | None:
-    """Formats an aware datetime as RFC 3339 UTC with microseconds and a ``Z`` suffix."""
+    """Formats an aware datetime as RFC 3339 UTC with microseconds and a ``Z`` suffix (the year
+    in four digits: ``strftime("%Y")`` gives ``1`` for year 1 on Linux)."""
     if ts is None:
         return None
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    u = ts.astimezone(timezone.utc)
+    return (
+        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
+    )
 
 
 def parse_rfc3339(value: str) -> datetime:
     """The aware UTC datetime of an RFC 3339 / ISO 8601 time; ``ValueError`` when it has no
-    offset (a time without one is ambiguous evidence) or does not parse."""
+    offset (a time without one is ambiguous evidence), does not parse, or is out of range in UTC."""
     when = datetime.fromisoformat(value)
     if when.tzinfo is None:
         raise ValueError(f"time without offset: {value!r}")
-    return when.astimezone(timezone.utc)
+    try:
+        return when.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00, before year 1 in UTC
+        raise ValueError(f"time out of range in UTC: {value!r}") from None
 
 
 class Kind(enum.Enum):

@@ -1,4 +1,5 @@
-"""Store events (holds, purges), legal holds, purged runs.
+"""Store events (holds, purges), legal holds and the record ids they name, purged runs; the
+store chain's head in writers' checkpoints.
 
 Revision ID: 0004
 Revises: 0003
@@ -68,6 +69,25 @@ def upgrade() -> None:
         comment="Legal holds: scope, reason, who made and released them.",
     )
     op.create_table(
+        "hold_records",
+        sa.Column("hold_id", sa.String(36), nullable=False),
+        sa.Column("exchange_id", sa.String(36), nullable=False),
+        sa.PrimaryKeyConstraint("hold_id", "exchange_id", name="pk_hold_records"),
+        comment="Record ids named by legal holds.",
+    )
+    with op.batch_alter_table("checkpoints") as batch:
+        batch.add_column(
+            sa.Column(
+                "events_seq",
+                sa.BigInteger(),
+                nullable=True,
+                comment="The store chain's head seen when signed (a writer's checkpoint; null: none)",
+            )
+        )
+        batch.add_column(
+            sa.Column("events_hash", sa.String(64), nullable=True, comment="record_hash of store event events_seq (hex)")
+        )
+    op.create_table(
         "purged_runs",
         sa.Column("writer_id", sa.String(36), nullable=False),
         sa.Column("first_seq", sa.BigInteger(), autoincrement=False, nullable=False),
@@ -81,5 +101,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("purged_runs")
+    with op.batch_alter_table("checkpoints") as batch:
+        batch.drop_column("events_hash")
+        batch.drop_column("events_seq")
+    op.drop_table("hold_records")
     op.drop_table("holds")
     op.drop_table("store_events")

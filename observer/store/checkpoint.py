@@ -17,6 +17,12 @@ The note (``note_text``), signed as its UTF-8 bytes::
     head <hex of record_hash>
     time <RFC 3339 UTC>
     prev <hex of SHA-256 of the previous checkpoint's note, or 64 zeros>
+    events <seq> <hex of record_hash>      (only in a writer's checkpoint, once the store has events)
+
+The ``events`` line is the head of the store's own chain (legal holds and purges,
+``observer.store.events``) as the drainer saw it when signing: the writers' keys, which sign every
+``checkpoint_interval_s``, so vouch for the holds and purges too, and a store event deleted from
+the tail (with its own checkpoint) contradicts the next writer checkpoint.
 
 The private key lives in a file outside the database (``checkpoint-key.pem`` in the data folder,
 PKCS#8 PEM, mode 0600, made on first start); ``key_id`` is the first 8 bytes (hex) of SHA-256 of
@@ -139,10 +145,20 @@ def _warn_if_readable(path: Path) -> None:
         )
 
 
-def note_text(store_id: str, writer_id: str, number: int, seq: int, head: str, at: datetime, prev: str) -> str:
+def note_text(
+    store_id: str,
+    writer_id: str,
+    number: int,
+    seq: int,
+    head: str,
+    at: datetime,
+    prev: str,
+    events: tuple[int, str] | None = None,
+) -> str:
+    tail = "" if events is None else f"events {events[0]} {events[1]}\n"
     return (
         f"{NOTE_HEADER}\nstore {store_id}\nwriter {writer_id}\nnumber {number}\nseq {seq}\n"
-        f"head {head}\ntime {rfc3339(at)}\nprev {prev}\n"
+        f"head {head}\ntime {rfc3339(at)}\nprev {prev}\n{tail}"
     )
 
 
@@ -151,10 +167,18 @@ def note_hash(note: str) -> str:
 
 
 def make_checkpoint(
-    key: CheckpointKey, store_id: str, writer_id: str, number: int, seq: int, head: str, at: datetime, prev: str
+    key: CheckpointKey,
+    store_id: str,
+    writer_id: str,
+    number: int,
+    seq: int,
+    head: str,
+    at: datetime,
+    prev: str,
+    events: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
-    """A ``checkpoints`` row, signed."""
-    note = note_text(store_id, writer_id, number, seq, head, at, prev)
+    """A ``checkpoints`` row, signed; ``events``: the store chain's (seq, hex hash) head."""
+    note = note_text(store_id, writer_id, number, seq, head, at, prev, events)
     signature = base64.b64encode(key.private.sign(note.encode("utf-8"))).decode("ascii")
     return {
         "writer_id": writer_id,
@@ -163,6 +187,8 @@ def make_checkpoint(
         "head_hash": head,
         "created_at": at,
         "prev_hash": prev,
+        "events_seq": None if events is None else events[0],
+        "events_hash": None if events is None else events[1],
         "key_id": key.key_id,
         "note": note,
         "signature": signature,
@@ -172,7 +198,7 @@ def make_checkpoint(
 def check_checkpoint(row: Any, public: Ed25519PublicKey, store_id: str) -> str | None:
     """Why the checkpoint row (mapping or row with the columns) is not valid under ``public``
     for ``store_id``, or ``None``: the key, the signature, and the note against the columns."""
-    get = row.__getitem__ if isinstance(row, dict) else lambda k: getattr(row, k)
+    get = (lambda k: row.get(k)) if isinstance(row, dict) else lambda k: getattr(row, k, None)
     if get("key_id") != key_id(public):
         return f"signed by another key ({get('key_id')}, this writer's: {key_id(public)})"
     try:
@@ -187,6 +213,7 @@ def check_checkpoint(row: Any, public: Ed25519PublicKey, store_id: str) -> str |
         get("head_hash"),
         get("created_at"),
         get("prev_hash"),
+        None if get("events_seq") is None else (get("events_seq"), get("events_hash")),
     )
     if expected != get("note"):
         return "its columns differ from its signed note"

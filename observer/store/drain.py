@@ -373,7 +373,8 @@ class Drainer:
             number = 1 if last is None else last["number"] + 1
             prev = ZERO_HASH if last is None else note_hash(last["note"])
             at = datetime.fromtimestamp(self._clock(), timezone.utc)
-            row = make_checkpoint(self._key, self._store_id, writer, number, seq, head.hex(), at, prev)
+            events = self._store.events_head()
+            row = make_checkpoint(self._key, self._store_id, writer, number, seq, head.hex(), at, prev, events)
             self._store.add_checkpoint(row)
         except UNAVAILABLE_ERRORS as exc:  # the database went away: the batch's retry says so
             log.info("drainer: cannot write a checkpoint now (%s); retried later", type(exc).__name__)

@@ -16,8 +16,9 @@ Event kinds and their ``detail``:
   before the chain removed), ``held`` (due records kept for a hold), ``runs`` (count),
   ``runs_sha256`` (``chain.runs_digest`` of the ``purged_runs`` rows of this event).
 
-Two commands appending at once collide on ``seq`` (the primary key): the later one fails
-whole with ``ConcurrentChange`` and can be run again.
+Commands that append take ``lock`` first, so they run one after the other; should two still
+append at once they collide on ``seq`` (the primary key): the later one fails whole with
+``ConcurrentChange`` and can be run again.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from observer.errors import ObserverError
 from observer.store.chain import GENESIS, canonical_event, chain_hash
 from observer.store.checkpoint import ZERO_HASH, CheckpointKey, make_checkpoint, note_hash
-from observer.store.models import CheckpointRow, StoreEventRow
+from observer.store.models import CheckpointRow, StoreEventRow, StoreMetaRow
 
 KINDS = ("hold_created", "hold_released", "purge")
 
@@ -41,6 +42,15 @@ class ConcurrentChange(ObserverError):
     """Another command appended to the store's chain at the same time; nothing was written."""
 
     code = "concurrent_change"
+
+
+def lock(conn: Connection) -> None:
+    """Serialises the commands that change the store's chain: the first statement of their
+    transaction (a no-op update of ``store_meta``'s ``store_id`` row: a row lock on PostgreSQL,
+    the write lock on SQLite), so what one reads (the holds a purge keeps) cannot change
+    under it before it commits. ``store_id`` must exist (``AuditStore.store_id``)."""
+    table = StoreMetaRow.__table__
+    conn.execute(update(table).where(table.c.key == "store_id").values(value=table.c.value))
 
 
 def event_head(conn: Connection) -> tuple[int, bytes]:
@@ -91,4 +101,4 @@ def events(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(select(table).order_by(table.c.seq))]
 
 
-__all__ = ["KINDS", "ConcurrentChange", "append_event", "event_head", "events"]
+__all__ = ["KINDS", "ConcurrentChange", "append_event", "event_head", "events", "lock"]

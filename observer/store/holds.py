@@ -4,8 +4,9 @@ A hold's **scope** is a conjunction of up to five conditions on a record (``Scop
 at or after ``since``, at or before ``until`` (RFC 3339), its ``end_user``, its ``host``, its id
 among ``exchange_ids``; at least one is required (a hold of everything is a retention change,
 not a hold). Making and releasing a hold are chained store events (``observer.store.events``)
-and the ``holds`` table is their projection, which ``observer verify`` recomputes
-(``expected_holds``): a hold row changed, added or removed in the database is a break.
+and the ``holds`` table is their projection, the ids a hold names also one row each in
+``hold_records`` (what a purge's query joins); ``observer verify`` recomputes both
+(``expected_holds``): a hold row or named id changed, added or removed is a break.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, false, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, false, func, insert, or_, select, update
 
 from observer.errors import ObserverError
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.checkpoint import CheckpointKey
-from observer.store.events import append_event
-from observer.store.models import ExchangeRow, HoldRow
+from observer.store.events import append_event, lock
+from observer.store.models import ExchangeRow, HoldRecordRow, HoldRow
 
 #: Most record ids one hold may name (each is a bound parameter of the purge's query).
 MAX_HOLD_IDS = 10_000
@@ -116,6 +117,7 @@ def create_hold(
     _text("actor", actor)
     hold_id = str(uuid.uuid4())
     with engine.begin() as conn:
+        lock(conn)
         event = append_event(
             conn,
             key,
@@ -127,6 +129,11 @@ def create_hold(
         )
         row = _created_row(event)
         conn.execute(insert(HoldRow.__table__), [row])
+        if scope.exchange_ids is not None:
+            conn.execute(
+                insert(HoldRecordRow.__table__),
+                [{"hold_id": hold_id, "exchange_id": i} for i in dict.fromkeys(scope.exchange_ids)],
+            )
     return row
 
 
@@ -139,6 +146,7 @@ def release_hold(
     _text("actor", actor)
     table = HoldRow.__table__
     with engine.begin() as conn:
+        lock(conn)
         found = conn.execute(select(table).where(table.c.id == hold_id)).first()
         if found is None:
             raise HoldError(f"no hold {hold_id}")
@@ -150,14 +158,26 @@ def release_hold(
     return {**found._mapping, **change}
 
 
-def list_holds(engine: Engine, *, include_released: bool = False) -> list[dict[str, Any]]:
-    """The holds (active only, or all), oldest first, as dicts of their columns."""
+def list_holds(engine: Engine | Connection, *, include_released: bool = False) -> list[dict[str, Any]]:
+    """The holds (active only, or all), oldest first, as dicts of their columns; on a
+    connection, within its transaction."""
     table = HoldRow.__table__
     stmt = select(table).order_by(table.c.created_seq)
     if not include_released:
         stmt = stmt.where(table.c.released_at.is_(None))
+    if isinstance(engine, Connection):
+        return [dict(r._mapping) for r in engine.execute(stmt)]
     with engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def hold_record_ids(conn: Connection) -> dict[str, set[str]]:
+    """The record ids each hold names (``hold_records``), by hold id."""
+    table = HoldRecordRow.__table__
+    out: dict[str, set[str]] = {}
+    for hold_id, exchange_id in conn.execute(select(table.c.hold_id, table.c.exchange_id)):
+        out.setdefault(hold_id, set()).add(exchange_id)
+    return out
 
 
 def held(holds: Iterable[Mapping[str, Any]]) -> ColumnElement[bool]:
@@ -176,10 +196,18 @@ def held(holds: Iterable[Mapping[str, Any]]) -> ColumnElement[bool]:
             parts.append(ex.c.end_user == hold["end_user"])
         if hold["host"] is not None:
             parts.append(ex.c.host == hold["host"])
-        if hold["exchange_ids"] is not None:
-            parts.append(ex.c.id.in_(hold["exchange_ids"]))
+        if hold["exchange_ids"] is not None:  # one bound parameter, however many ids
+            named = HoldRecordRow.__table__
+            parts.append(exists().where(named.c.hold_id == hold["id"], named.c.exchange_id == ex.c.id))
         clauses.append(and_(*parts))
     return func.coalesce(or_(*clauses), false()) if clauses else false()
+
+
+def count_held(engine: Engine, hold: Mapping[str, Any]) -> int:
+    """How many stored records the hold covers now."""
+    ex = ExchangeRow.__table__
+    with engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(ex).where(held([hold]))) or 0
 
 
 def _created_row(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -237,9 +265,11 @@ __all__ = [
     "MAX_HOLD_IDS",
     "HoldError",
     "Scope",
+    "count_held",
     "create_hold",
     "expected_holds",
     "held",
+    "hold_record_ids",
     "list_holds",
     "release_hold",
 ]

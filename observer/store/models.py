@@ -283,6 +283,10 @@ class CheckpointRow(Base):
     created_at: Mapped[datetime] = mapped_column(comment="When it was signed (UTC)")
     prev_hash: Mapped[str] = mapped_column(String(64), comment="SHA-256 of the previous checkpoint's note (hex)")
     key_id: Mapped[str] = mapped_column(String(16), comment="First 8 bytes of SHA-256 of the public key (hex)")
+    events_seq: Mapped[BigCount | None] = mapped_column(
+        comment="The store chain's head seen when signed (a writer's checkpoint; null: none)"
+    )
+    events_hash: Mapped[str | None] = mapped_column(String(64), comment="record_hash of store event events_seq (hex)")
     note: Mapped[str] = mapped_column(comment="The signed text")
     signature: Mapped[str] = mapped_column(comment="Ed25519 signature of the note (base64)")
 
@@ -338,6 +342,17 @@ class HoldRow(Base):
     released_by: Mapped[str | None]
     release_reason: Mapped[str | None]
     released_seq: Mapped[BigCount | None] = mapped_column(comment="The store event that released it")
+
+
+class HoldRecordRow(Base):
+    """A record id a hold names (``Scope.exchange_ids``), one row each: what a purge's query
+    joins, so a hold of many ids costs one bound parameter, not one per id."""
+
+    __tablename__ = "hold_records"
+    __table_args__ = {"comment": "Record ids named by legal holds."}
+
+    hold_id: Mapped[RecordId] = mapped_column(primary_key=True)
+    exchange_id: Mapped[RecordId] = mapped_column(primary_key=True)
 
 
 class PurgedRunRow(Base):

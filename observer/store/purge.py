@@ -11,10 +11,16 @@ checkpoints. Records stored before the chain existed (no writer) are removed whe
 counted. Everything (records, their blocks, tool calls and violations by ``ON DELETE CASCADE``,
 the runs, the event and its checkpoint) is one transaction: a purge that fails removes nothing.
 
-On PostgreSQL, a month's partitions (``observer.store.partitions``) that end before the cutoff
-and hold no held record are dropped whole (``DROP TABLE``, no row-by-row delete); the rest of
-the due records are deleted by their runs. The runs are recorded either way, so ``verify``
-cannot tell the two apart.
+A purge first takes the store chain's lock (``events.lock``): holds cannot be made or released
+until it commits, and it reads the holds after taking it. On PostgreSQL, a month's partitions
+(``observer.store.partitions``) that end before the cutoff and hold no held record are dropped
+whole (``DROP TABLE``, no row-by-row delete); the four tables are then locked against writes
+(``SHARE ROW EXCLUSIVE``, parent first, as writers insert) before the runs are read, so no record
+can arrive in a month about to go, and exclusively for the drops; a lock not had within
+``LOCK_TIMEOUT_S`` gives up (``PurgeBusy``, nothing removed). The rest of the due records are
+deleted by their runs. The runs are recorded either way. The purge event also keeps when the
+chains began (``chain_began``: the oldest chained record, removed or not), so ``verify`` still
+refuses an unchained record newer than that once the old records are gone.
 
 Before removing anything the chain up to the cutoff is recomputed (``observer.store.verify``):
 a purge never erases the evidence of a break.
@@ -22,26 +28,38 @@ a purge never erases the evidence of a break.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection, bindparam, delete, func, insert, not_, select, text
+from sqlalchemy import exc as sa_exc
 
 from observer.errors import ObserverError
-from observer.shape import rfc3339
+from observer.shape import parse_rfc3339, rfc3339
 from observer.store import partitions
 from observer.store.chain import runs_digest
 from observer.store.checkpoint import CheckpointKey
-from observer.store.events import append_event
+from observer.store.events import append_event, lock
 from observer.store.holds import held, list_holds
-from observer.store.models import ExchangeRow, PurgedRunRow
+from observer.store.models import ExchangeRow, PurgedRunRow, StoreEventRow
 from observer.store.store import AuditStore
 from observer.store.verify import Break, verify
 
 #: Rows fetched per round trip while the due records are read.
 _FETCH = 10_000
+
+
+#: Seconds a purge waits for the tables' locks (PostgreSQL) before it gives up, removing nothing.
+LOCK_TIMEOUT_S = 10.0
+
+
+class PurgeBusy(ObserverError):
+    """The tables stayed locked by another transaction; nothing was purged."""
+
+    code = "purge_busy"
 
 
 class PurgeRefused(ObserverError):
@@ -89,75 +107,115 @@ def purge(
     retention_override: bool,
     actor: str,
     dry_run: bool = False,
+    trusted: Sequence[Ed25519PublicKey] = (),
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
 ) -> PurgeResult:
     """Removes (or, ``dry_run``, counts) what is past retention at ``now``. ``key`` signs the
-    purge's checkpoint (not needed when dry). Raises ``PurgeRefused`` when the chain up to the
-    cutoff does not verify (not checked when dry), ``ConcurrentChange`` when a hold or purge ran
-    at the same time; database errors propagate; nothing is removed when it raises."""
+    purge's checkpoint (not needed when dry); the chain is first verified with ``key``'s public
+    half and the ``trusted`` keys (the other writers'). Raises ``PurgeRefused`` when the chain up
+    to the cutoff does not verify (not checked when dry), ``PurgeBusy`` when the tables stayed
+    locked by others for ``lock_timeout_s`` (PostgreSQL), ``ConcurrentChange`` when a hold or
+    purge ran at the same time; database errors propagate; nothing is removed when it raises."""
     cutoff = cutoff_for(now, retention_days)
     result = PurgeResult(cutoff)
     if not dry_run:
         if key is None:
             raise ValueError("a purge needs the checkpoint key")
-        report = verify(store, None, until=cutoff)
+        report = verify(store, [key.public, *trusted], until=cutoff)
         if not report.ok:
             raise PurgeRefused(report.breaks)
     store_id = store.store_id()
-    holds = list_holds(store.engine)
     ex = ExchangeRow.__table__
-    due = (ex.c.started_at < cutoff) & not_(held(holds))
-    with store.engine.begin() as conn:
-        for run in _runs(conn, due):
-            result.runs.append(run)
-            result.records[run[0]] = result.records.get(run[0], 0) + run[2] - run[1] + 1
-        result.unchained = conn.scalar(select(func.count()).select_from(ex).where(ex.c.writer_id.is_(None), due)) or 0
-        result.held = (
-            conn.scalar(select(func.count()).select_from(ex).where(ex.c.started_at < cutoff, held(holds))) or 0
-            if holds
-            else 0
-        )
-        if dry_run:
-            conn.rollback()
-            return result
-        assert key is not None
-        detail = {
-            "cutoff": rfc3339(cutoff),
-            "retention_days": retention_days,
-            "retention_override": retention_override,
-            "records": sum(result.records.values()),
-            "unchained": result.unchained,
-            "held": result.held,
-            "runs": len(result.runs),
-            "runs_sha256": runs_digest(result.runs),
-        }
-        event = append_event(conn, key, store_id, "purge", actor, detail, now)
-        if conn.dialect.name == "postgresql":
-            result.dropped = _drop_months(conn, cutoff, holds)
-        if result.runs:
-            by_seq = delete(ex).where(
-                ex.c.writer_id == bindparam("w"), ex.c.seq >= bindparam("a"), ex.c.seq <= bindparam("b")
+    postgres = store.engine.dialect.name == "postgresql"
+    try:
+        with store.engine.begin() as conn:
+            if postgres:
+                conn.execute(text(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'"))
+            lock(conn)  # no hold made or released until this commits: the holds read next stay true
+            holds = list_holds(conn)
+            due = (ex.c.started_at < cutoff) & not_(held(holds))
+            months = _droppable(conn, cutoff, holds) if postgres and not dry_run else []
+            if months:
+                # No record may arrive in a month to be dropped once its runs are listed.
+                for table in partitions.TABLES:
+                    conn.execute(text(f'LOCK TABLE "{table}" IN SHARE ROW EXCLUSIVE MODE'))
+            began = conn.scalar(select(func.min(ex.c.started_at)).where(ex.c.writer_id.is_not(None), due))
+            for run in _runs(conn, due):
+                result.runs.append(run)
+                result.records[run[0]] = result.records.get(run[0], 0) + run[2] - run[1] + 1
+            result.unchained = (
+                conn.scalar(select(func.count()).select_from(ex).where(ex.c.writer_id.is_(None), due)) or 0
             )
-            conn.execute(by_seq, [{"w": w, "a": a, "b": b} for w, a, b, _h in result.runs])
-            conn.execute(
-                insert(PurgedRunRow.__table__),
-                [
-                    {"writer_id": w, "first_seq": a, "last_seq": b, "last_hash": h, "event_seq": event["seq"]}
-                    for w, a, b, h in result.runs
-                ],
+            result.held = (
+                conn.scalar(select(func.count()).select_from(ex).where(ex.c.started_at < cutoff, held(holds))) or 0
+                if holds
+                else 0
             )
-        if result.unchained:
-            conn.execute(delete(ex).where(ex.c.writer_id.is_(None), due))
-        result.event = event
+            if dry_run:
+                conn.rollback()
+                return result
+            assert key is not None
+            detail = {
+                "cutoff": rfc3339(cutoff),
+                "retention_days": retention_days,
+                "retention_override": retention_override,
+                "records": sum(result.records.values()),
+                "unchained": result.unchained,
+                "held": result.held,
+                "runs": len(result.runs),
+                "runs_sha256": runs_digest(result.runs),
+                "chain_began": _chain_began(conn, began),
+            }
+            event = append_event(conn, key, store_id, "purge", actor, detail, now)
+            if months:
+                for table in partitions.TABLES:
+                    conn.execute(text(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE'))
+                for month in months:
+                    partitions.drop_month(conn, month)
+                result.dropped = months
+            if result.runs:
+                by_seq = delete(ex).where(
+                    ex.c.writer_id == bindparam("w"), ex.c.seq >= bindparam("a"), ex.c.seq <= bindparam("b")
+                )
+                conn.execute(by_seq, [{"w": w, "a": a, "b": b} for w, a, b, _h in result.runs])
+                conn.execute(
+                    insert(PurgedRunRow.__table__),
+                    [
+                        {"writer_id": w, "first_seq": a, "last_seq": b, "last_hash": h, "event_seq": event["seq"]}
+                        for w, a, b, h in result.runs
+                    ],
+                )
+            if result.unchained:
+                conn.execute(delete(ex).where(ex.c.writer_id.is_(None), due))
+            result.event = event
+    except sa_exc.OperationalError as exc:
+        if postgres and "lock timeout" in str(exc):
+            raise PurgeBusy(
+                f"the tables stayed locked by another transaction for {lock_timeout_s:g} s; nothing was purged:"
+                " run it again (a long query or backup holds them)"
+            ) from exc
+        raise
     return result
 
 
-def _drop_months(conn: Connection, cutoff: datetime, holds: list[dict[str, Any]]) -> list[partitions.Month]:
-    """PostgreSQL: drops each month's partitions that end at or before ``cutoff`` and hold no
-    record under a hold (all its rows are due, and in the runs); the months dropped. The four
-    tables are locked first, parent first as the writer inserts, so the drops cannot deadlock
-    with a writer's transaction (writers and readers wait until the purge commits)."""
+def _chain_began(conn: Connection, due_began: datetime | None) -> str | None:
+    """When the chains began, for the purge event: the oldest chained record about to go, or
+    an earlier purge's value if older (``verify`` refuses unchained records newer than it)."""
+    table = StoreEventRow.__table__
+    earlier = [
+        parse_rfc3339(d["chain_began"])
+        for (d,) in conn.execute(select(table.c.detail).where(table.c.kind == "purge"))
+        if d.get("chain_began")
+    ]
+    known = [t for t in (due_began, *earlier) if t is not None]
+    return rfc3339(min(known)) if known else None
+
+
+def _droppable(conn: Connection, cutoff: datetime, holds: list[dict[str, Any]]) -> list[partitions.Month]:
+    """PostgreSQL: the months whose partitions end at or before ``cutoff`` and hold no record
+    under a hold: all their rows are due (and in the runs), so they go whole."""
     ex = ExchangeRow.__table__
-    due = []
+    out = []
     for month in sorted(partitions.existing(conn)):
         start, end = partitions.bounds(month)
         if end > cutoff:
@@ -166,13 +224,8 @@ def _drop_months(conn: Connection, cutoff: datetime, holds: list[dict[str, Any]]
             in_month = (ex.c.started_at >= start) & (ex.c.started_at < end)
             if conn.scalar(select(func.count()).select_from(ex).where(in_month, held(holds))):
                 continue
-        due.append(month)
-    if due:
-        for table in partitions.TABLES:
-            conn.execute(text(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE'))
-        for month in due:
-            partitions.drop_month(conn, month)
-    return due
+        out.append(month)
+    return out
 
 
 def _runs(conn: Connection, due: Any) -> Iterator[tuple[str, int, int, str]]:
@@ -197,4 +250,4 @@ def _runs(conn: Connection, due: Any) -> Iterator[tuple[str, int, int, str]]:
         yield (run[0], run[1], run[2], run[3])
 
 
-__all__ = ["PurgeRefused", "PurgeResult", "cutoff_for", "purge"]
+__all__ = ["LOCK_TIMEOUT_S", "PurgeBusy", "PurgeRefused", "PurgeResult", "cutoff_for", "purge"]

@@ -30,7 +30,7 @@ from observer.journal.format import loads
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
-from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
+from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreEventRow, StoreMetaRow
 from observer.store.partitions import Partitions
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
@@ -228,6 +228,15 @@ class AuditStore:
                 found = [conn.execute(q).first() for q in (q_ex, q_gap, q_run)]
         best = max((r for r in found if r is not None), key=lambda r: r[0], default=None)
         return (0, GENESIS) if best is None else (best[0], bytes.fromhex(best[1]))
+
+    def events_head(self) -> tuple[int, str] | None:
+        """(seq, hex hash) of the store chain's last event (``observer.store.events``); ``None``
+        when it has none."""
+        table = StoreEventRow.__table__
+        stmt = select(table.c.seq, table.c.record_hash).order_by(table.c.seq.desc()).limit(1)
+        with self._engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else (row.seq, row.record_hash)
 
     def gaps(self, writer_id: str | None = None) -> list[Item]:
         """The recorded gaps (all writers, or one), oldest seq first, as dicts of their columns."""

@@ -40,10 +40,11 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
 
+from observer.shape import parse_rfc3339
 from observer.store.chain import GENESIS, canonical_event, canonical_gap, canonical_record, chain_hash, runs_digest
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.events import events as store_events
-from observer.store.holds import HOLD_COLUMNS, expected_holds, list_holds
+from observer.store.holds import HOLD_COLUMNS, expected_holds, hold_record_ids, list_holds
 from observer.store.models import BlockRow, ExchangeRow, GapRow, PurgedRunRow, ToolCallRow, ViolationRow
 from observer.store.rows import exchange_from_row, rows_from_records
 from observer.store.store import AuditStore
@@ -77,6 +78,7 @@ class Report:
     ``purged``: entries skipped as purged, ``store_events``: events of the store's chain checked."""
 
     entries: dict[str, int] = field(default_factory=dict)
+    store_id: str | None = None
     purged: int = 0
     store_events: int = 0
     last_checkpoint: dict[str, datetime] = field(default_factory=dict)
@@ -107,11 +109,16 @@ def verify(
     ``progress(n)`` is called with the entries done since its last call; ``total(n)`` once
     with the number to do. Database errors propagate."""
     report = Report()
-    store_id = store.store_id()
+    store_id = report.store_id = store.store_id()
     ex = ExchangeRow.__table__
     with store.engine.connect() as conn:
+        events = store_events(conn)
         report.unchained = conn.scalar(select(func.count()).select_from(ex).where(ex.c.writer_id.is_(None))) or 0
-        chain_began = conn.scalar(select(func.min(ex.c.started_at)).where(ex.c.writer_id.is_not(None)))
+        # When the chains began: the oldest chained record, or an older one a purge removed (its
+        # event keeps it), so a purge does not open room for "old" unchained rows.
+        began = [conn.scalar(select(func.min(ex.c.started_at)).where(ex.c.writer_id.is_not(None)))]
+        began += [parse_rfc3339(e["detail"]["chain_began"]) for e in events if e["detail"].get("chain_began")]
+        chain_began = min((b for b in began if b is not None), default=None)
         late = None
         if report.unchained and chain_began is not None:
             late = conn.execute(
@@ -140,7 +147,7 @@ def verify(
     keys = {key_id(k): k for k in trusted or ()}
     if not keys:
         report.warnings.append("no checkpoint key given: checkpoints were not checked")
-    brk = _verify_store_chain(store, store_id, keys, runs, report)
+    brk, event_hashes = _verify_store_chain(store, store_id, events, keys, runs, exported, report)
     if brk is not None:
         report.breaks.append(brk)
     for writer in writers:
@@ -154,7 +161,9 @@ def verify(
         report.entries[writer] = count
         report.purged += purged
         if brk is None and keys:
-            brk = _check_checkpoints(writer, checkpoints, heads, keys, store_id, last_seq, since, until)
+            brk = _check_checkpoints(
+                writer, checkpoints, heads, keys, store_id, last_seq, since, until, events=event_hashes
+            )
             report.checkpoints += len(checkpoints)
         if brk is None and exported:
             brk = _check_exported(writer, exported, checkpoints, last_seq)
@@ -168,7 +177,7 @@ def verify(
                 Break(cp["writer_id"], None, None, f"the export is of the store {cp['store_id']}, this is {store_id}")
             )
             break
-    for writer in sorted({cp["writer_id"] for cp in exported or ()} - set(writers)):
+    for writer in sorted({cp["writer_id"] for cp in exported or ()} - set(writers) - {store_id}):
         last = max((cp for cp in exported or () if cp["writer_id"] == writer), key=lambda cp: cp["number"])
         report.breaks.append(
             Break(
@@ -380,14 +389,14 @@ def _purged_runs(store: AuditStore) -> dict[str, Runs]:
 def _verify_store_chain(
     store: AuditStore,
     store_id: str,
+    events: list[dict[str, Any]],
     keys: dict[str, Ed25519PublicKey],
     runs: dict[str, Runs],
+    exported: list[dict[str, Any]] | None,
     report: Report,
-) -> Break | None:
+) -> tuple[Break | None, dict[int, str]]:
     """The store's own chain (events, their checkpoints, the purged runs and holds they
-    determine); its first break."""
-    with store.engine.connect() as conn:
-        events = store_events(conn)
+    determine): its first break, and each event's hash by seq (what writers' checkpoints name)."""
     report.store_events = len(events)
     checkpoints = store.checkpoints(store_id)
     if checkpoints:
@@ -396,10 +405,10 @@ def _verify_store_chain(
     heads: dict[int, str] = {}
     for i, event in enumerate(events, 1):
         if event["seq"] != i:
-            return Break(store_id, i, None, f"store event {i} missing (deleted)")
+            return Break(store_id, i, None, f"store event {i} missing (deleted)"), heads
         h = chain_hash(prev, canonical_event(event, store_id))
         if event["record_hash"] != h.hex():
-            return Break(store_id, i, None, f"hash mismatch: store event {i} ({event['kind']}) was changed")
+            return Break(store_id, i, None, f"hash mismatch: store event {i} ({event['kind']}) was changed"), heads
         heads[i] = event["record_hash"]
         prev = h
     purges = {e["seq"] for e in events if e["kind"] == "purge"}
@@ -407,24 +416,31 @@ def _verify_store_chain(
     for writer, wruns in sorted(runs.items()):
         for first, (last, h, event_seq) in sorted(wruns.items()):
             if event_seq not in purges:
-                return Break(writer, first, None, f"purged run {first}..{last} names no purge event ({event_seq})")
+                brk = Break(writer, first, None, f"purged run {first}..{last} names no purge event ({event_seq})")
+                return brk, heads
             by_event.setdefault(event_seq, []).append((writer, first, last, h))
     for event in events:
         if event["kind"] == "purge" and runs_digest(by_event.get(event["seq"], [])) != event["detail"]["runs_sha256"]:
-            return Break(
-                store_id,
-                event["seq"],
-                None,
+            reason = (
                 f"purge event {event['seq']}: the purged runs differ from those it committed to (added, changed or"
-                " deleted)",
+                " deleted)"
             )
+            return Break(store_id, event["seq"], None, reason), heads
     brk = _check_holds(store, store_id, events)
     if brk is None and keys:
         brk = _check_checkpoints(store_id, checkpoints, heads, keys, store_id, len(events), None, None, any_key=True)
         report.checkpoints += len(checkpoints)
-    if brk is None and events and not checkpoints:
-        report.warnings.append("the store's chain of holds and purges has no checkpoints (deleted?)")
-    return brk
+        signed = {cp["seq"] for cp in checkpoints}
+        unsigned = next((i for i in heads if i not in signed), None)
+        if brk is None and unsigned is not None:
+            # Each hold and purge command signs its event in the same transaction: an event
+            # without its checkpoint was written without the key (forged), or its checkpoint deleted.
+            brk = Break(store_id, unsigned, None, f"store event {unsigned} has no signed checkpoint (forged?)")
+    elif events:
+        report.warnings.append("the store's holds and purges were not checked against signatures (no key given)")
+    if brk is None and exported:
+        brk = _check_exported(store_id, exported, checkpoints, len(events))
+    return brk, heads
 
 
 def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]]) -> Break | None:
@@ -432,6 +448,8 @@ def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]])
     if problems:
         return Break(store_id, None, None, problems[0])
     stored = {h["id"]: h for h in list_holds(store.engine, include_released=True)}
+    with store.engine.connect() as conn:
+        named = hold_record_ids(conn)
     for hold_id in sorted(set(expected) | set(stored)):
         want, have = expected.get(hold_id), stored.get(hold_id)
         if want is None:
@@ -439,10 +457,17 @@ def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]])
         if have is None:
             return Break(store_id, want["created_seq"], None, f"hold {hold_id} deleted from the holds table")
         changed = next((c for c in HOLD_COLUMNS if want[c] != have[c]), None)
+        if changed is None and set(want["exchange_ids"] or ()) != named.get(hold_id, set()):
+            changed = "the record ids of hold_records"
         if changed is not None:
             return Break(
                 store_id, want["created_seq"], None, f"hold {hold_id}: {changed} differs from its chained events"
             )
+    stray = sorted(set(named) - set(expected))
+    if stray:
+        return Break(
+            store_id, None, None, f"hold_records names hold {stray[0]}, which no chained event made (inserted)"
+        )
     return None
 
 
@@ -469,9 +494,11 @@ def _check_checkpoints(
     until: datetime | None,
     *,
     any_key: bool = False,
+    events: dict[int, str] | None = None,
 ) -> Break | None:
     """The first problem of a chain's checkpoints: each signed by a trusted key (all by the
-    same one unless ``any_key``), numbered 1, 2, ..., linked, naming the chain's heads."""
+    same one unless ``any_key``), numbered 1, 2, ..., linked, naming the chain's heads, and
+    naming store events the store has (``events``: each event's hash by seq)."""
     prev = ZERO_HASH
     public = keys.get(checkpoints[0]["key_id"]) if checkpoints else None
     if checkpoints and public is None:
@@ -506,6 +533,10 @@ def _check_checkpoints(
         head = heads.get(cp["seq"])
         if head is not None and head != cp["head_hash"]:
             return Break(writer, cp["seq"], None, f"{where}: names another head than the chain (rewritten)")
+        named = cp.get("events_seq")
+        if events is not None and named is not None and events.get(named) != cp.get("events_hash"):
+            what = "which the store does not have (deleted)" if named not in events else "whose hash differs (changed)"
+            return Break(writer, cp["seq"], None, f"{where}: names the store's event {named}, {what}")
     return None
 
 

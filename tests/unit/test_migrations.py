@@ -28,6 +28,7 @@ TABLES = {
     "checkpoints",
     "store_events",
     "holds",
+    "hold_records",
     "purged_runs",
 }
 

@@ -129,6 +129,7 @@ def test_a_purge_removes_the_due_records_keeps_held_and_new_ones_and_verify_pass
         "held": 1,
         "runs": 3,
         "runs_sha256": runs_digest(result.runs),
+        "chain_began": "2025-10-27T12:00:01.000000Z",  # r1, the oldest chained record
     }
     report = verify(filled, key.public)
     assert report.ok, report.breaks
@@ -418,3 +419,196 @@ def test_a_store_without_the_new_tables_is_named(tmp_path: Path, key: Checkpoint
     result = CliRunner().invoke(app, ["hold", "list", "--db", url])
     assert result.exit_code == 2
     assert "run observer db upgrade" in result.stderr
+
+
+# ----- trial findings -----
+
+
+def _forge_event(store: AuditStore, kind: str, detail: dict[str, object]) -> None:
+    """Appends a store event as someone with SQL access but not the key would: a correct hash,
+    no checkpoint."""
+    import json
+
+    store_id = store.store_id()
+    with store.engine.begin() as conn:
+        seq, head = conn.execute(sa.text("SELECT seq, record_hash FROM store_events ORDER BY seq DESC")).first()  # type: ignore[misc]
+        row = {"seq": seq + 1, "kind": kind, "at": NOW, "actor": "dba", "detail": detail}
+        h = chain_hash(bytes.fromhex(head), canonical_event(row, store_id)).hex()
+        at = "2026-12-01 12:00:00.000000" if store.engine.dialect.name == "sqlite" else NOW
+        conn.execute(
+            sa.text(
+                "INSERT INTO store_events (seq, kind, at, actor, detail, record_hash) VALUES (:s, :k, :a, 'dba', :d, :h)"
+            ),
+            {"s": seq + 1, "k": kind, "a": at, "d": json.dumps(detail), "h": h},
+        )
+
+
+def test_a_store_event_forged_without_the_key_is_found(purged: AuditStore, key: CheckpointKey) -> None:
+    """Trial finding: a forged release (a correct hash, no checkpoint) verified."""
+    (hold,) = list_holds(purged.engine)
+    _forge_event(purged, "hold_released", {"hold_id": hold["id"], "reason": "forged"})
+    _sql(
+        purged,
+        "UPDATE holds SET released_at = created_at, released_by = 'dba', release_reason = 'forged', released_seq = 3",
+    )
+    assert _only_break(purged, key).endswith("seq 3: store event 3 has no signed checkpoint (forged?)")
+
+
+def test_deleted_store_checkpoints_are_a_break(purged: AuditStore, key: CheckpointKey) -> None:
+    _sql(purged, "DELETE FROM checkpoints WHERE writer_id = :s", s=purged.store_id())
+    assert _only_break(purged, key).endswith("seq 1: store event 1 has no signed checkpoint (forged?)")
+
+
+def test_a_deleted_tail_event_with_its_checkpoint_is_found_by_a_writer_checkpoint(
+    purged: AuditStore, key: CheckpointKey, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: a hold row, its event (the tail) and the store chain's last checkpoint
+    deleted verified, and the next purge removed the held records unseen. A writer's checkpoint
+    names the store chain's head it saw."""
+    hold = create_hold(purged.engine, key, purged.store_id(), Scope(host="h"), "case 8", "legal", NOW)
+    purged.write_many([make_exchange("r17", NOW)], writer_id=W, seqs=[17])
+    last = purged.last_checkpoint(W)
+    assert last is not None
+    events = purged.events_head()
+    assert events is not None and events[0] == 3
+    row = make_checkpoint(
+        key,
+        purged.store_id(),
+        W,
+        last["number"] + 1,
+        17,
+        _scalar(purged, "SELECT record_hash FROM exchanges WHERE id = 'r17'"),
+        NOW,
+        hashlib.sha256(last["note"].encode()).hexdigest(),
+        events,  # type: ignore[arg-type]
+    )
+    assert row["note"].endswith(f"events 3 {events[1]}\n")
+    purged.add_checkpoint(row)
+    assert verify(purged, key.public).ok
+    _sql(purged, "DELETE FROM holds WHERE id = :h", h=hold["id"])
+    _sql(purged, "DELETE FROM store_events WHERE seq = 3")
+    _sql(purged, "DELETE FROM checkpoints WHERE writer_id = :s AND seq = 3", s=purged.store_id())
+    assert _only_break(purged, key).endswith(
+        "checkpoint 3: names the store's event 3, which the store does not have (deleted)"
+    )
+    with pytest.raises(PurgeRefused):  # the purge checks with the key too
+        _purge(purged, key)
+
+
+def test_a_purge_refuses_when_a_hold_and_its_event_were_deleted(purged: AuditStore, key: CheckpointKey) -> None:
+    """Trial finding: the purge's check ignored checkpoints, so it removed the held records of a
+    hold whose row and tail event were deleted (its checkpoint kept)."""
+    hold = create_hold(purged.engine, key, purged.store_id(), Scope(end_user="held"), "case 9", "legal", NOW)
+    _sql(purged, "DELETE FROM holds WHERE id = :h", h=hold["id"])
+    _sql(purged, "DELETE FROM store_events WHERE seq = 3")
+    with pytest.raises(PurgeRefused, match="tail deleted: checkpoint 3 covers seq 3, the store ends at seq 2"):
+        _purge(purged, key, now=NOW + timedelta(days=1))
+
+
+def test_exported_checkpoints_cover_the_store_chain(purged: AuditStore, key: CheckpointKey) -> None:
+    """Trial finding: ``verify --checkpoints`` broke on every store with a hold or purge."""
+    exported = [{"store_id": purged.store_id(), **c} for c in purged.checkpoints()]
+    assert verify(purged, key.public, exported=exported).ok
+    _sql(purged, "DELETE FROM checkpoints WHERE writer_id = :s AND seq = 2", s=purged.store_id())
+    _sql(purged, "DELETE FROM store_events WHERE seq = 2")
+    _sql(purged, "DELETE FROM purged_runs")
+    lines = [b.line() for b in verify(purged, None, exported=exported).breaks]
+    assert any(
+        line.endswith("tail deleted: exported checkpoint 2 covers seq 2, the store ends at seq 1") for line in lines
+    ), lines
+
+
+def test_an_unchained_record_newer_than_the_purged_chain_start_is_found(
+    purged: AuditStore, key: CheckpointKey, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: once the oldest chained records were purged, an inserted unchained record
+    dated after them (but before the oldest left) verified."""
+    purged.write_many([make_exchange("forged", OLD + timedelta(days=30))])
+    line = _only_break(purged, key)
+    assert "record forged: a record outside any chain, started after the chains began" in line
+
+
+def test_a_hold_waits_for_a_purge_to_commit(filled: AuditStore, key: CheckpointKey) -> None:
+    """Trial finding: a hold made while a purge ran was not seen by it (PostgreSQL). Admin
+    commands take the store chain's lock first."""
+    import threading
+
+    from observer.store.events import lock
+
+    store_id = filled.store_id()
+    made: list[dict[str, object]] = []
+    with filled.engine.connect() as conn:
+        tx = conn.begin()
+        lock(conn)
+        worker = threading.Thread(
+            target=lambda: made.append(create_hold(filled.engine, key, store_id, Scope(host="h"), "r", "legal", NOW))
+        )
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not made  # waiting for the lock
+        tx.commit()
+    worker.join(10)
+    assert made and not worker.is_alive()
+
+
+@pytest.mark.postgres
+def test_many_large_id_holds_do_not_stop_a_purge(pg_migrated_url: str, key: CheckpointKey) -> None:
+    """Trial finding: 7 holds of 10,000 ids passed PostgreSQL's 65,535 parameters and every purge
+    failed."""
+    store = AuditStore(pg_migrated_url)
+    try:
+        for h in range(7):
+            scope = Scope(exchange_ids=tuple(f"id-{h}-{i}" for i in range(10_000)))
+            create_hold(store.engine, key, store.store_id(), scope, f"case {h}", "legal", NOW)
+        result = _purge(store, key, dry_run=True)
+        assert result.total == 0
+        assert _scalar(store, "SELECT count(*) FROM hold_records") == 70_000
+        assert verify(store, key.public).ok
+    finally:
+        store.dispose()
+
+
+def test_a_changed_hold_record_is_found(filled: AuditStore, key: CheckpointKey) -> None:
+    create_hold(filled.engine, key, filled.store_id(), Scope(exchange_ids=("r1", "r2")), "case", "legal", NOW)
+    assert verify(filled, key.public).ok
+    _sql(filled, "UPDATE hold_records SET exchange_id = 'r3' WHERE exchange_id = 'r2'")
+    assert "the record ids of hold_records differs from its chained events" in _only_break(filled, key)
+    _sql(filled, "UPDATE hold_records SET exchange_id = 'r2' WHERE exchange_id = 'r3'")
+    _sql(filled, "INSERT INTO hold_records VALUES ('nohold', 'r5')")
+    assert _only_break(filled, key).endswith("hold_records names hold nohold, which no chained event made (inserted)")
+
+
+@pytest.mark.postgres
+def test_a_purge_gives_up_on_tables_locked_too_long(
+    pg_migrated_url: str, key: CheckpointKey, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: a purge waited without end behind a long transaction, the writer and
+    the API waiting behind it."""
+    from observer.store.purge import PurgeBusy
+
+    store = AuditStore(pg_migrated_url)
+    try:
+        store.write_many([make_exchange("old", OLD)], writer_id=W, seqs=[1])
+        blocker = sa.create_engine(pg_migrated_url)
+        with blocker.connect() as conn:
+            conn.execute(sa.text("BEGIN"))
+            conn.execute(sa.text("LOCK TABLE exchanges IN ROW EXCLUSIVE MODE"))  # a writer mid-transaction
+            with pytest.raises(PurgeBusy, match="stayed locked by another transaction for 0.3 s; nothing was purged"):
+                purge(
+                    store, key, now=NOW, retention_days=183, retention_override=False, actor="ops", lock_timeout_s=0.3
+                )
+            conn.execute(sa.text("ROLLBACK"))
+        blocker.dispose()
+        assert _ids(store) == ["old"]
+        assert _purge(store, key).total == 1
+    finally:
+        store.dispose()
+
+
+def test_times_out_of_range_are_one_line_errors(filled: AuditStore, key: CheckpointKey, migrated_url: str) -> None:
+    """Trial finding: year 1 gave tracebacks (rfc3339 wrote '1-01-01...'; +01:00 overflowed)."""
+    ok = _cli(["hold", "create", "--reason", "x", "--since", "0001-01-01T00:00:00Z"], migrated_url, key)
+    assert ok.exit_code == 0, ok.output  # type: ignore[attr-defined]
+    assert "since 0001-01-01T00:00:00.000000Z" in CliRunner().invoke(app, ["hold", "list", "--db", migrated_url]).stdout
+    bad = _cli(["hold", "create", "--reason", "x", "--since", "0001-01-01T00:00:00+01:00"], migrated_url, key)
+    assert bad.exit_code == 2 and "--since must be an RFC 3339 time" in bad.stderr  # type: ignore[attr-defined]
