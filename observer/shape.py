@@ -49,9 +49,7 @@ def rfc3339(ts: datetime | None) -> str | None:
     if ts is None:
         return None
     u = ts.astimezone(timezone.utc)
-    return (
-        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
-    )
+    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
 
 
 def parse_rfc3339(value: str) -> datetime:

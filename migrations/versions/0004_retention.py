@@ -85,7 +85,9 @@ def upgrade() -> None:
             )
         )
         batch.add_column(
-            sa.Column("events_hash", sa.String(64), nullable=True, comment="record_hash of store event events_seq (hex)")
+            sa.Column(
+                "events_hash", sa.String(64), nullable=True, comment="record_hash of store event events_seq (hex)"
+            )
         )
     op.create_table(
         "purged_runs",
