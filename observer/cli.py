@@ -115,12 +115,13 @@ def run(
     except ObserverError as exc:
         _fail(str(exc))
     _check_url(settings.db)  # an unusable URL stops the run before anything is made
+    new_data_dir = not settings.data_dir.exists()
     started: list[subprocess.Popen] = []
 
     def start_api() -> subprocess.Popen:
         """Called once the proxy accepted every option: the data folder, the store, the token,
         the API, the banner (nothing is made or migrated for a run that a bad option stops)."""
-        _open_store(settings)
+        _open_store(settings, new_data_dir=new_data_dir)
         started.append(start_api_process(settings, resolve_token(settings)))
         ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
         typer.echo(
@@ -660,7 +661,7 @@ def _upgrade(url: str) -> None:
         _fail(f"cannot open the audit store {_safe(url)}: {_reason(exc)}")
 
 
-def _open_store(settings: Settings) -> None:
+def _open_store(settings: Settings, *, new_data_dir: bool = False) -> None:
     """``observer run``'s store, data folder, key and journal at start, in that order: the URL
     opened and the journal checked against the database (``check_journal_store``, before
     anything is written there); the data folder made (0700), the checkpoint key read or made,
@@ -704,6 +705,8 @@ def _open_store(settings: Settings) -> None:
         _fail(f"cannot open the audit store {_safe(url)}: {_reason(exc)}")
     try:  # the data folder holds the journal, the token and the keys: the owner's alone
         settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if new_data_dir:  # made by this run (mitmproxy makes its confdir inside it first, 0755)
+            settings.data_dir.chmod(0o700)
     except OSError as exc:
         _fail(f"cannot make the data folder {settings.data_dir}: {exc.strerror}")
     try:  # refused now, in one line, rather than by the proxy once it runs

@@ -7,7 +7,7 @@ Create Date: 2026-12-01
 The child tables get ``exchange_started_at`` (their record's start, filled from it) and a
 foreign key on (``exchange_id``, ``exchange_started_at``). On PostgreSQL each of the four tables
 is rebuilt as ``PARTITION BY RANGE`` (``observer.store.partitions``): the old table is renamed
-(its indexes too), the new one made ``LIKE`` it, a partition made for every month holding rows
+(its indexes too), the new one made ``LIKE`` it, a partition made for each month holding rows
 and for the current and next month, the rows copied, the old table dropped. On SQLite the
 tables are rebuilt by Alembic's batch mode. Written by hand to match ``observer/store/models.py``.
 """
@@ -149,13 +149,12 @@ def _rebuild_pg(*, partitioned: bool) -> None:
         )
     op.create_index("ix_exchange_violations_kind", "exchange_violations", ["kind"])
     if partitioned:
-        months = {partitions.month_of(datetime.now(timezone.utc))}
-        low, high = conn.execute(sa.text("SELECT min(started_at), max(started_at) FROM exchanges_old")).one()
-        month = partitions.month_of(low) if low is not None else None
-        while month is not None and month <= partitions.month_of(high):
-            months.add(month)
-            month = partitions.next_month(month)
-        months.add(partitions.next_month(max(months)))
+        this = partitions.month_of(datetime.now(timezone.utc))
+        months = {this, partitions.next_month(this)}
+        held = conn.execute(
+            sa.text("SELECT DISTINCT date_trunc('month', started_at AT TIME ZONE 'UTC') FROM exchanges_old")
+        ).scalars()
+        months |= {(m.year, m.month) for m in held}  # only the months holding rows (not all between)
         for month in sorted(months):
             partitions.create_month(conn, month)
     for table in tables:

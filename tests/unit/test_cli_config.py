@@ -267,3 +267,19 @@ def test_run_refuses_a_bad_checkpoint_key_and_a_journal_in_use(tmp_path):
     finally:
         holder.close()
     assert result.exit_code == 2 and "is in use by another observer process" in result.output
+
+
+def test_a_data_dir_made_by_the_run_is_the_owners_alone(tmp_path):
+    """Trial finding: mitmproxy made DATA_DIR/mitmproxy first, so the data folder was 0755."""
+    from observer.cli import _open_store
+
+    made = tmp_path / "made"
+    (made / "mitmproxy").mkdir(parents=True, mode=0o755)
+    made.chmod(0o755)
+    _open_store(load_settings(data_dir=made, db=f"sqlite:///{tmp_path / 'a.db'}"), new_data_dir=True)
+    assert made.stat().st_mode & 0o777 == 0o700
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o750)
+    theirs.chmod(0o750)
+    _open_store(load_settings(data_dir=theirs, db=f"sqlite:///{tmp_path / 'b.db'}"))
+    assert theirs.stat().st_mode & 0o777 == 0o750  # the operator's own choice is left alone
