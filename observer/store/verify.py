@@ -22,9 +22,12 @@ are recomputed, from the stored hash of the entry before them (trusted as the an
 Rows without ``writer_id`` (stored before the journal) are counted as ``unchained``.
 
 **The store's own chain** (writer ``store_id``: legal holds and purges, ``observer.store.events``)
-is recomputed whole, its checkpoints checked (each may be signed by any trusted key), each purge
-event's ``runs_sha256`` against the ``purged_runs`` rows it names, and the ``holds`` table against
-the hold events (a hold row changed, added or deleted is a break of the store's chain). A
+is recomputed whole, its checkpoints checked (each may be signed by any trusted key; with keys,
+every event must have one: the commands sign each event in its own transaction, so an event
+without one was written without the key), each purge event's ``runs_sha256`` against the
+``purged_runs`` rows it names, and the ``holds`` and ``hold_records`` tables against the hold
+events (a hold row changed, added or deleted is a break of the store's chain). A writer's
+checkpoint naming a store event (``events`` line) must name one the store has, with that hash. A
 writer's seqs inside a purged run are skipped: the chain goes on from the run's last hash, so a
 purge leaves a verifying chain, and a deletion that no purge event covers is still ``seq
 missing``.
