@@ -300,8 +300,8 @@ def _check_file(
         problems.insert(0, f"{name}: SHA-256 differs from the manifest (the file was changed)")
     if rows is not None and rows != entry["rows"]:
         problems.append(f"{name}: {rows} rows, the manifest says {entry['rows']}")
-    if file_format != "jsonl" and rows is not None:
-        counted["records" if entry["holds"] == "exchanges" else "gaps"] += rows
+    if file_format != "jsonl":  # (rows not counted: the signed manifest's, its file's problem already said)
+        counted["records" if entry["holds"] == "exchanges" else "gaps"] += entry["rows"] if rows is None else rows
     if len(problems) > MAX_PROBLEMS_PER_FILE:
         more = len(problems) - MAX_PROBLEMS_PER_FILE
         problems = [*problems[:MAX_PROBLEMS_PER_FILE], f"{name}: {more} more problems not listed"]
