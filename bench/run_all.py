@@ -35,6 +35,7 @@ SUITES: list[tuple[str, int, int]] = [
     ("core", 120, 60),
     ("store", 120, 60),
     ("verify", 300, 60),
+    ("export", 300, 60),
     ("latency", 240, 90),
     ("load", 300, 90),
     ("bulk", 180, 90),
