@@ -27,7 +27,7 @@ Formats (``FORMATS``):
   formats get one schema per file, hence the separate gaps file.
 - ``parquet`` (needs ``pyarrow``: the ``parquet`` extra): ``exchanges.parquet`` and
   ``gaps.parquet``, the same columns typed (``int64``, ``double``, ``bool``, times
-  ``timestamp[us, UTC]``, the nested parts JSON text), zstd, one row group per page.
+  ``timestamp[us, UTC]``, the nested parts JSON text), zstd, a row group per ~64 MiB.
 
 A string that cannot be UTF-8 (a lone surrogate, possible inside request JSON) is written
 ``\\uXXXX``-escaped in JSON text and as U+FFFD in a CSV or Parquet cell.
@@ -35,6 +35,7 @@ A string that cannot be UTF-8 (a lone surrogate, possible inside request JSON) i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -92,6 +93,10 @@ RECORD_COLUMNS = (
 )
 #: The record columns holding JSON text.
 JSON_COLUMNS = ("error", "request", "blocks", "tool_calls", "violations")
+#: Parquet columns written without min/max statistics (long text).
+UNSTATED_COLUMNS = ("text", "response_body", "transport_error", *JSON_COLUMNS)
+#: Arrow bytes of pages gathered into one Parquet row group.
+ROW_GROUP_BYTES = 64 << 20
 #: ``gaps.csv`` / ``gaps.parquet`` columns, in order.
 GAP_COLUMNS = ("writer_id", "seq", "seq_end", "first_at", "last_at", "dropped", "reason", "detail", "record_hash")
 
@@ -150,7 +155,10 @@ class HashedFile:
             raise self._error
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        """Hands ``data`` to the thread (small writes gathered); returns its length."""
+        """Hands ``data`` to the thread (small writes gathered); returns its length. Raises
+        ``ValueError`` once closed, as a closed file does."""
+        if self._fd < 0:
+            raise ValueError(f"{self.path.name} is closed")
         self._raise()
         n = len(data)
         self._size += n
@@ -388,25 +396,44 @@ def _time(value: str | None) -> datetime | None:
 
 
 class ParquetWriter(_Writer):
-    """``exchanges.parquet`` and ``gaps.parquet``: one row group per page written."""
+    """``exchanges.parquet`` and ``gaps.parquet``. Pages are converted to Arrow at once and
+    written as one row group per ``ROW_GROUP_BYTES`` of them: memory stays flat (the footer
+    keeps ~30 KB of metadata per row group until the end, so one per 1,000-record page would
+    grow ~30 MB per million records; this is ~5 MB). No min/max statistics for the text and
+    JSON columns (``UNSTATED_COLUMNS``): large, and of no use to a reader's filters."""
 
     def __init__(self, directory: Path) -> None:
         import pyarrow.parquet as pq
 
         super().__init__(directory, [("exchanges.parquet", "exchanges"), ("gaps.parquet", "gaps")])
         self._schemas = _schemas()
+        stated = [c for c in RECORD_COLUMNS if c not in UNSTATED_COLUMNS]
         self._pq = [
-            pq.ParquetWriter(f, schema, compression="zstd")
-            for (_holds, f), schema in zip(self._files, self._schemas, strict=True)
+            pq.ParquetWriter(f, schema, compression="zstd", write_statistics=stats)
+            for (_holds, f), schema, stats in zip(self._files, self._schemas, (stated, True), strict=True)
         ]
+        self._pending: list[list[Any]] = [[], []]
+        self._pending_bytes = [0, 0]
 
     def write(self, page: list[dict[str, Any]]) -> None:
         records = [item for item in page if item["kind"] == "exchange"]
         gaps = [item for item in page if item["kind"] == "gap"]
         for i, (items, row) in enumerate(((records, record_row), (gaps, gap_row))):
             if items:
-                self._pq[i].write_table(self._table(self._schemas[i], [row(item) for item in items]))
+                table = self._table(self._schemas[i], [row(item) for item in items])
+                self._pending[i].append(table)
+                self._pending_bytes[i] += table.nbytes
                 self._rows[self._files[i][1].path.name] += len(items)
+                if self._pending_bytes[i] >= ROW_GROUP_BYTES:
+                    self._flush_group(i)
+
+    def _flush_group(self, i: int) -> None:
+        import pyarrow as pa
+
+        if self._pending[i]:
+            table = pa.concat_tables(self._pending[i])
+            self._pq[i].write_table(table, row_group_size=table.num_rows)
+            self._pending[i], self._pending_bytes[i] = [], 0
 
     @staticmethod
     def _table(schema: Any, rows: list[list[Any]]) -> Any:
@@ -427,8 +454,17 @@ class ParquetWriter(_Writer):
             )
 
     def _finish(self) -> None:
-        for writer in self._pq:
+        for i, writer in enumerate(self._pq):
+            self._flush_group(i)
             writer.close()
+
+    def abort(self) -> None:
+        """Closes the Parquet writers first (their footers go to files about to be removed),
+        so that none writes into a closed file later."""
+        for writer in self._pq:
+            with contextlib.suppress(Exception):
+                writer.close()
+        super().abort()
 
 
 #: Format name -> writer class.

@@ -280,6 +280,9 @@ def _check_file(
     except FileNotFoundError:
         check.problems.append(f"{name}: missing (removed)")
         return
+    except OSError as exc:
+        check.problems.append(f"{name}: cannot be read ({exc.strerror})")
+        return
     with f:
         chunks = _chunks(f, sha, progress)
         if file_format == "jsonl":

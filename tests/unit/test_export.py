@@ -966,3 +966,30 @@ def test_store_and_write_errors_on_the_command_line(
     monkeypatch.setattr(export_module, "export", failing(ExportError("no writer x in this store")))
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "observer: no writer x in this store" in result.output
+
+
+def test_an_aborted_parquet_export_and_a_folder_in_place_of_a_file(
+    filled: AuditStore, key: CheckpointKey, tmp_path: Path
+) -> None:
+    pytest.importorskip("pyarrow")
+    (tmp_path / "p").mkdir()
+    writer = exportfiles.ParquetWriter(tmp_path / "p")
+    writer.abort()
+    with pytest.raises(ValueError, match="is closed"):
+        writer._files[0][1].write(b"late")
+    _export(filled, key, tmp_path / "x")
+    (tmp_path / "x" / "exchanges.jsonl").unlink()
+    (tmp_path / "x" / "exchanges.jsonl").mkdir()
+    assert "exchanges.jsonl: cannot be read (Is a directory)" in _problems(tmp_path / "x", key)
+
+
+def test_parquet_row_groups_gather_pages(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -> None:
+    """Pages are gathered into row groups of ``ROW_GROUP_BYTES`` (one per page would grow the
+    footer kept in memory with every page); the long text columns carry no statistics."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    export(filled, RecordFilter(), "parquet", tmp_path / "x", key, page_rows=2)
+    meta = pq.ParquetFile(tmp_path / "x" / "exchanges.parquet").metadata
+    assert (meta.num_row_groups, meta.num_rows) == (1, 16)
+    group = meta.row_group(0)
+    stated = {group.column(i).path_in_schema: group.column(i).is_stats_set for i in range(group.num_columns)}
+    assert stated["id"] and stated["started_at"] and not stated["text"] and not stated["request"]
