@@ -2,19 +2,20 @@
 
 ``AuditStore.get`` reads through the ORM (an ``ExchangeRow`` and its children per record, then
 ``exchange_from_row`` and ``to_dict``): a few thousand records/s. An export must stream ~20,000
-records/s, so this reads with the driver's own SQL (``Connection.exec_driver_sql``: no SQLAlchemy
-type processing, no ORM objects, no result rows: the DBAPI cursor's tuples) in keyset pages of ``PAGE_ROWS`` records, the child rows of a
-page with one query per child table, and builds each record's ``Exchange.to_dict()`` shape
-directly from the row: the same values, keys and key order as ``AuditStore.get`` (the derived
-``text`` and ``request_model`` computed from the record, as ``get`` does, never read from their
-copied columns; ``request`` with the keys and defaults of ``RequestFacts.from_dict``).
-``tests/unit/test_export.py`` checks it against ``get`` for every fixture record.
+records/s, so this reads with the driver's own SQL on the connection's DBAPI cursor (no SQLAlchemy
+type processing, no ORM objects, no result rows: the cursor's tuples; a driver error is raised as
+SQLAlchemy's) in keyset pages of ``PAGE_ROWS`` records, the child rows of a page with one query
+per child table, and builds each record's ``Exchange.to_dict()`` shape directly from the row: the
+same values, keys and key order as ``AuditStore.get`` (the derived ``text`` and
+``request_model`` computed from the record, as ``get`` does, never read from their copied
+columns; ``request`` with the keys and defaults of ``RequestFacts.from_dict``).
+``tests/unit/test_export.py`` checks it against ``get``, as JSON bytes, for every fixture record.
 
 What the drivers hand back, per backend: SQLite gives times as the naive UTC text SQLAlchemy
-stored (``2026-06-01 08:00:00.123456``), JSON as text (read with ``jsontext.loads``: exactly
-``json.loads``), booleans as 0/1; PostgreSQL (psycopg) gives aware datetimes, ``jsonb`` parsed by
-``jsontext.loads`` (set on the cursor: psycopg's own is ``json.loads``, the same values, slower),
-booleans.
+stored (``2026-06-01 08:00:00.123456``), the request JSON as bytes (``CAST AS BLOB``: orjson reads
+them without a decode; ``jsontext.loads`` reads exactly what ``json.loads`` would), booleans as
+0/1; PostgreSQL (psycopg) gives aware datetimes, ``jsonb`` parsed by ``jsontext.loads`` (set on
+the cursor: psycopg's own is ``json.loads``, the same values, slower), booleans.
 
 Order: a writer's records by ``seq`` (``ux_exchanges_writer_id_seq``), its gaps by ``seq``; rows
 without a writer (stored before the journal) by ``(started_at, id)``
