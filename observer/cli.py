@@ -342,6 +342,7 @@ def export_records(
         str | None,
         typer.Option("--key", help="Private key signing the manifest (default: the checkpoint_key setting)."),
     ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="Processes writing parts of the export in parallel (1-64).")] = 1,
     db: DbOpt = None,
 ) -> None:
     """Export the records started in [--since, --until) that the filters take, with a manifest
@@ -353,6 +354,7 @@ def export_records(
         given = {"--out": out, "--since": since, "--until": until, "--key": key, "--db": db}
         given |= {"--model": model, "--host": host, "--user": user, "--dialect": dialect, "--outcome": outcome}
         named = [flag for flag, v in given.items() if v] + (["--format"] if file_format != "jsonl" else [])
+        named += ["--jobs"] if jobs != 1 else []
         if named:
             _fail(
                 f"{', '.join(named)}: options of the export itself, not of `observer export {ctx.invoked_subcommand}`"
@@ -371,6 +373,8 @@ def export_records(
         _fail(f"--format must be one of {', '.join(FORMATS)}, got {file_format!r}")
     if file_format == "parquet" and not parquet_available():
         _fail("--format parquet needs pyarrow: pip install 'llm-stream-observer[parquet]'")
+    if not 1 <= jobs <= 64:
+        _fail(f"--jobs must be 1-64, got {jobs}")
     since_t, until_t = _time_opt("--since", since), _time_opt("--until", until)
     if since_t is not None and until_t is not None and since_t >= until_t:
         _fail("--since is not before --until")
@@ -424,6 +428,7 @@ def export_records(
                 file_format,
                 path,
                 signer,
+                jobs=jobs,
                 total=total,
                 progress=lambda n: bar.update(n) if bar is not None else None,
             )

@@ -17,6 +17,11 @@ the rows without a writer by ``(started_at, id)``. Both are keyset orders on an 
 (``ux_exchanges_writer_id_seq``, ``ix_exchanges_started_at_id``): pages of ``PAGE_ROWS``, one
 statement per table and page, nothing kept between pages but the last key and the counts.
 
+**Parts.** With ``jobs`` > 1 the order is cut into that many parts of about as many records,
+each written by its own process into its own files (``exchanges-001.jsonl``, ...), listed in
+order by the manifest: read in that order they are the one-job export
+(``observer.store.exportjobs``).
+
 **Files.** ``directory`` must not exist (it is made, mode 0700) or be an empty folder (its mode
 becomes 0700); every file is new, mode 0600. The manifest is written last: a folder without one
 is no export. On any failure the files made so far (and the folder, if made here) are removed.
@@ -25,7 +30,7 @@ is no export. On any failure the files made so far (and the folder, if made here
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,7 @@ from observer.errors import ObserverError
 from observer.shape import rfc3339
 from observer.store.checkpoint import CheckpointKey, public_pem
 from observer.store.exportfiles import FORMATS, FileEntry, parquet_available
+from observer.store.exportjobs import JobError, plan, run
 from observer.store.manifest import FORMAT, MANIFEST, SIGNATURE, encode, sign
 from observer.store.reader import PAGE_ROWS, RecordFilter, RecordReader
 from observer.store.store import AuditStore
@@ -85,6 +91,7 @@ def export(
     key: CheckpointKey,
     *,
     page_rows: int = PAGE_ROWS,
+    jobs: int = 1,
     now: datetime | None = None,
     total: Callable[[int], None] | None = None,
     progress: Callable[[int], None] | None = None,
@@ -92,8 +99,10 @@ def export(
     """Exports what ``f`` takes from ``store`` into ``directory`` as ``file_format``
     (``jsonl``, ``csv``, ``parquet``) and signs the manifest with ``key``; returns the manifest.
 
-    ``total(n)`` is called once with the number of records to export, ``progress(n)`` with the
-    records written since its last call. ``now``: the manifest's ``created_at`` (default: the
+    ``jobs``: processes writing parts of the export in parallel (``observer.store.exportjobs``:
+    files ``exchanges-001.jsonl``, ...; one: this process, plain names). ``total(n)`` is called
+    once with the number of records to export, ``progress(n)`` with the records written since
+    its last call. ``now``: the manifest's ``created_at`` (default: the
     clock). Raises ``ExportError`` (module docstring), ``OSError`` (writing),
     ``sqlalchemy.exc.SQLAlchemyError`` (reading); nothing is left in ``directory`` then."""
     if file_format not in FORMATS:
@@ -122,83 +131,42 @@ def export(
         }
     selected = [w for w in all_writers if not f.writers or w in f.writers]
     made = prepare_directory(directory)
-    out = None
     try:
-        out = FORMATS[file_format](directory)
         with store.engine.connect() as conn:
             reader = RecordReader(conn, page_rows)
+            heads = {w: chains[w]["head"]["seq"] for w in selected}
+            parts = plan(reader, f, heads, jobs)
             if total is not None:
-                counts = [reader.count(f, w, chains[w]["head"]["seq"]) for w in selected]
+                counts = [reader.count(f, w, heads[w]) for w in selected]
                 total(sum(counts) + (0 if f.writers else reader.count(f, None)))
-            unchained = 0
-            for writer in selected:
-                for page in _writer_pages(reader, f, writer, chains[writer], page_rows):
-                    out.write(page)
-                    if progress is not None:
-                        progress(sum(1 for item in page if item["kind"] == "exchange"))
-            for page in () if f.writers else reader.unchained(f):
-                out.write(page)
-                unchained += len(page)
-                if progress is not None:
-                    progress(len(page))
-        files = out.close()
+        try:
+            results = run(store, f, file_format, directory, parts, page_rows, progress)
+        except JobError as exc:
+            raise ExportError(str(exc)) from None
+        files = [entry for result in results for entry in result.files]
+        for result in results:
+            for writer, counts in result.writers.items():
+                _add(chains[writer], counts)
+        unchained = sum(result.unchained for result in results)
         manifest = _manifest(store_id, f, file_format, files, list(chains.values()), unchained, key, now)
         data = encode(manifest)
         _write_new(directory / MANIFEST, data)
         _write_new(directory / SIGNATURE, sign(data, key))
         _fsync_dir(directory)
     except BaseException:
-        if out is not None:
-            out.abort()
         _remove(directory, made)
         raise
     return manifest
 
 
-def _writer_pages(
-    reader: RecordReader, f: RecordFilter, writer: str, chain: Item, page_rows: int
-) -> Iterator[list[Item]]:
-    """The writer's records and gaps (module docstring), merged by seq, in pages; counts them
-    into ``chain``."""
-    head = chain["head"]["seq"]
-    span = reader.seq_span(f, writer, head)
-    records: Iterator[list[Item]] = iter(()) if span is None else reader.chained(f, writer, span[0], span[1])
-    for page in _merge(records, reader.gaps(writer, head, span, f.since, f.until), page_rows):
-        gaps = sum(1 for item in page if item["kind"] == "gap")
-        chain["gaps"] += gaps
-        chain["records"] += len(page) - gaps
-        if chain["first_seq"] is None:
-            chain["first_seq"] = page[0]["seq"]
-        last = page[-1]
-        chain["last_seq"] = last["seq_end"] if last["kind"] == "gap" else last["seq"]
-        yield page
-
-
-def _merge(records: Iterator[list[Item]], gap_pages: Iterator[list[Item]], page_rows: int) -> Iterator[list[Item]]:
-    """Record pages and gap pages (each in seq order) as pages in seq order; a record page
-    that no gap falls into passes as it is."""
-    gaps = (g for page in gap_pages for g in page)
-    gap = next(gaps, None)
-    for page in records:
-        if gap is None or gap["seq"] > page[-1]["seq"]:
-            yield page
-            continue
-        merged: list[Item] = []
-        for record in page:
-            while gap is not None and gap["seq"] < record["seq"]:
-                merged.append(gap)
-                gap = next(gaps, None)
-            merged.append(record)
-        yield merged
-    rest: list[Item] = []
-    while gap is not None:
-        rest.append(gap)
-        if len(rest) == page_rows:
-            yield rest
-            rest = []
-        gap = next(gaps, None)
-    if rest:
-        yield rest
+def _add(chain: Item, counts: Item) -> None:
+    """Adds a job's counts of a writer to its manifest entry (jobs come in order)."""
+    chain["records"] += counts["records"]
+    chain["gaps"] += counts["gaps"]
+    if chain["first_seq"] is None:
+        chain["first_seq"] = counts["first_seq"]
+    if counts["last_seq"] is not None:
+        chain["last_seq"] = counts["last_seq"]
 
 
 def _manifest(

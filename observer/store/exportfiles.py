@@ -229,6 +229,10 @@ class _Writer:
     def write(self, page: list[dict[str, Any]]) -> None:  # pragma: no cover - every format has its own
         raise NotImplementedError
 
+    def names(self) -> list[str]:
+        """The names of its files."""
+        return [f.path.name for _holds, f in self._files]
+
     def close(self) -> list[FileEntry]:
         """Closes every file (raises an ``OSError`` of writing); their manifest entries."""
         self._finish()
@@ -247,14 +251,15 @@ class _Writer:
 
 
 class JsonlWriter(_Writer):
-    """``exchanges.jsonl``: records and gaps, one JSON line each, in the order given."""
+    """``exchanges<suffix>.jsonl``: records and gaps, one JSON line each, in the order given."""
 
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory, [("exchanges.jsonl", "exchanges and gaps")])
+    def __init__(self, directory: Path, suffix: str = "") -> None:
+        super().__init__(directory, [(f"exchanges{suffix}.jsonl", "exchanges and gaps")])
 
     def write(self, page: list[dict[str, Any]]) -> None:
-        self._files[0][1].write(b"".join(map(dumps_line, page)))
-        self._rows["exchanges.jsonl"] += len(page)
+        f = self._files[0][1]
+        f.write(b"".join(map(dumps_line, page)))
+        self._rows[f.path.name] += len(page)
 
 
 def record_row(item: dict[str, Any]) -> list[Any]:
@@ -340,10 +345,10 @@ def csv_line(values: Sequence[Any]) -> str:
 
 
 class CsvWriter(_Writer):
-    """``exchanges.csv`` and ``gaps.csv`` (RFC 4180, a header row each)."""
+    """``exchanges<suffix>.csv`` and ``gaps<suffix>.csv`` (RFC 4180, a header row each)."""
 
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory, [("exchanges.csv", "exchanges"), ("gaps.csv", "gaps")])
+    def __init__(self, directory: Path, suffix: str = "") -> None:
+        super().__init__(directory, [(f"exchanges{suffix}.csv", "exchanges"), (f"gaps{suffix}.csv", "gaps")])
         for (_holds, f), columns in zip(self._files, (RECORD_COLUMNS, GAP_COLUMNS), strict=True):
             f.write(csv_line(columns).encode("ascii"))
 
@@ -396,16 +401,17 @@ def _time(value: str | None) -> datetime | None:
 
 
 class ParquetWriter(_Writer):
-    """``exchanges.parquet`` and ``gaps.parquet``. Pages are converted to Arrow at once and
-    written as one row group per ``ROW_GROUP_BYTES`` of them: memory stays flat (the footer
+    """``exchanges<suffix>.parquet`` and ``gaps<suffix>.parquet``. Pages are converted to Arrow
+    at once and written as one row group per ``ROW_GROUP_BYTES`` of them: memory stays flat (the footer
     keeps ~30 KB of metadata per row group until the end, so one per 1,000-record page would
     grow ~30 MB per million records; this is ~5 MB). No min/max statistics for the text and
     JSON columns (``UNSTATED_COLUMNS``): large, and of no use to a reader's filters."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, suffix: str = "") -> None:
         import pyarrow.parquet as pq
 
-        super().__init__(directory, [("exchanges.parquet", "exchanges"), ("gaps.parquet", "gaps")])
+        names = [(f"exchanges{suffix}.parquet", "exchanges"), (f"gaps{suffix}.parquet", "gaps")]
+        super().__init__(directory, names)
         self._schemas = _schemas()
         stated = [c for c in RECORD_COLUMNS if c not in UNSTATED_COLUMNS]
         self._pq = [

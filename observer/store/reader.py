@@ -246,6 +246,15 @@ class RecordReader:
             at, last_id = rows[-1][_STARTED_AT], rows[-1][0]
             rows = self._run(later, [at, at, last_id, *params])
 
+    def seq_at(self, f: RecordFilter, writer_id: str, last_seq: int, offset: int) -> int:
+        """The seq of the writer's record number ``offset`` (from 0) among those up to
+        ``last_seq`` that ``f`` takes (``last_seq`` when there are fewer): where to cut the
+        writer's records into parts of an export run in several processes."""
+        where, params = self._where(f)
+        sql = f"SELECT seq FROM exchanges WHERE writer_id = ? AND seq <= ?{where} ORDER BY seq LIMIT 1 OFFSET ?"
+        rows = self._run(sql, [writer_id, last_seq, *params, offset])
+        return int(rows[0][0]) if rows else last_seq
+
     def gaps(
         self,
         writer_id: str,
@@ -253,10 +262,11 @@ class RecordReader:
         span: tuple[int, int] | None,
         since: datetime | None,
         until: datetime | None,
+        first_seq: int = 1,
     ) -> Iterator[list[Item]]:
-        """The writer's gaps up to ``last_seq`` that meet the seq ``span`` or whose loss times
-        (both known) overlap ``[since, until)`` (when a time range is given), in seq order, a
-        page at a time."""
+        """The writer's gaps starting at ``first_seq`` to ``last_seq`` that meet the seq ``span``
+        or whose loss times (both known) overlap ``[since, until)`` (when a time range is
+        given), in seq order, a page at a time."""
         meets: list[str] = []
         params: list[Any] = []
         if span is not None:
@@ -277,7 +287,7 @@ class RecordReader:
             f"{_GAP_SELECT} WHERE writer_id = ? AND seq > ? AND seq <= ? AND ({' OR '.join(meets)})"
             f" ORDER BY seq LIMIT {self._page}"
         )
-        after = 0
+        after = first_seq - 1
         while True:
             rows = self._run(sql, [writer_id, after, last_seq, *params])
             if rows:

@@ -993,3 +993,149 @@ def test_parquet_row_groups_gather_pages(filled: AuditStore, key: CheckpointKey,
     group = meta.row_group(0)
     stated = {group.column(i).path_in_schema: group.column(i).is_stats_set for i in range(group.num_columns)}
     assert stated["id"] and stated["started_at"] and not stated["text"] and not stated["request"]
+
+
+# ----- several processes -----
+
+
+@pytest.mark.parametrize("file_format", ["jsonl", "csv"])
+def test_parts_in_parallel_are_the_one_job_export(
+    filled: AuditStore, key: CheckpointKey, tmp_path: Path, file_format: str
+) -> None:
+    """Three processes write three parts; read in the manifest's order they are, line for line,
+    the export of one process, and they verify, the chain recomputed across the parts."""
+    one = _export(filled, key, tmp_path / "one", file_format)
+    three = export(filled, RecordFilter(), file_format, tmp_path / "three", key, jobs=3, now=T0 + timedelta(days=1))
+    names = [f["name"] for f in three["files"]]
+    suffix = "jsonl" if file_format == "jsonl" else "csv"
+    expected = [f"exchanges-00{k}.jsonl" for k in (1, 2, 3)] if file_format == "jsonl" else None
+    if expected is not None:
+        assert names == expected
+    else:
+        assert names == [f"{kind}-00{k}.{suffix}" for k in (1, 2, 3) for kind in ("exchanges", "gaps")]
+    assert three["totals"] == one["totals"] and three["writers"] == one["writers"]
+
+    def body(manifest: dict[str, Any], directory: Path, holds: str) -> bytes:
+        parts = [(directory / f["name"]).read_bytes() for f in manifest["files"] if f["holds"] == holds]
+        return b"".join(parts if file_format == "jsonl" else [part.split(b"\r\n", 1)[1] for part in parts])
+
+    for holds in {f["holds"] for f in one["files"]}:
+        assert body(three, tmp_path / "three", holds) == body(one, tmp_path / "one", holds)
+    check = verify_export(tmp_path / "three", [key.public])
+    assert check.ok, check.problems
+    if file_format == "jsonl":
+        assert (check.hashes_checked, check.hashes_unchecked) == (16, 0)
+
+
+def test_the_plan_cuts_at_record_boundaries(filled: AuditStore) -> None:
+    from observer.store.exportjobs import Segment, plan
+
+    with filled.engine.connect() as conn:
+        rd = RecordReader(conn)
+        heads = {WA: 11, WB: 6, "idle": 0}
+        jobs = plan(rd, RecordFilter(), heads, 4)  # 16 records: 4 a part
+        assert [j.segments for j in jobs] == [
+            (Segment(WA, 1, 4, (1, 11)),),  # a-00..a-03
+            (Segment(WA, 5, 9, (1, 11)),),  # the gap, a-04..a-07
+            (Segment(WA, 10, 11, (1, 11)), Segment(WB, 1, 2, (1, 6))),
+            (Segment(WB, 3, 6, (1, 6)),),  # and the two rows without a writer
+        ]
+        assert [j.unchained for j in jobs] == [False, False, False, True]
+        assert len(plan(rd, RecordFilter(), heads, 1)) == 1
+        assert [len(j.segments) for j in plan(rd, RecordFilter(writers=(WB,)), {WB: 6}, 8)] == [1, 1, 1, 1]
+
+
+def test_a_failed_part_fails_the_export(
+    filled: AuditStore, key: CheckpointKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's error comes back (an OSError as one), the other parts stop, nothing is left."""
+    from observer.store import exportjobs
+
+    parts = [exportjobs.Job(0, (), False), exportjobs.Job(1, (), True)]
+    messages: list[tuple] = [("error", 1, "OSError", 28, "No space left on device")]
+
+    class FakeQueue:
+        def get(self, timeout: float) -> tuple:
+            if not messages:
+                raise exportjobs.queue.Empty
+            return messages.pop(0)
+
+        def empty(self) -> bool:
+            return not messages
+
+        def close(self) -> None:
+            pass
+
+    class FakeProcess:
+        exitcode = 1
+
+        def __init__(self, **kwargs: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def is_alive(self) -> bool:
+            return False
+
+        def terminate(self) -> None:
+            pass
+
+        def join(self) -> None:
+            pass
+
+    class FakeContext:
+        Queue = FakeQueue
+        Process = FakeProcess
+
+    monkeypatch.setattr(exportjobs.multiprocessing, "get_context", lambda method: FakeContext())
+    with pytest.raises(OSError, match="No space left"):
+        exportjobs.run(filled, RecordFilter(), "jsonl", tmp_path, parts, 10, None)
+    messages[:] = [("progress", 3), ("error", 0, "OperationalError", None, "database is locked")]
+    with pytest.raises(exportjobs.JobError, match="export job 1: OperationalError: database is locked"):
+        exportjobs.run(filled, RecordFilter(), "jsonl", tmp_path, parts, 10, lambda n: None)
+    with pytest.raises(exportjobs.JobError, match="export job 1 ended without a result"):
+        exportjobs.run(filled, RecordFilter(), "jsonl", tmp_path, parts, 10, None)
+    from observer.store import export as export_module
+
+    def boom(*args: Any) -> None:
+        raise exportjobs.JobError("export job 2: boom")
+
+    monkeypatch.setattr(export_module, "run", boom)
+    with pytest.raises(ExportError, match="export job 2: boom"):
+        export(filled, RecordFilter(), "jsonl", tmp_path / "x", key, jobs=2)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_childs_error_is_sent_back(filled: AuditStore, tmp_path: Path) -> None:
+    """What a job's process puts on its queue when it fails, and when it is done."""
+    from observer.store import exportjobs
+
+    sent: list[tuple] = []
+
+    class Box:
+        put = sent.append
+
+    job = exportjobs.Job(0, (exportjobs.Segment(WA, 1, 11, (1, 11)),), False)
+    url = filled.engine.url.render_as_string(hide_password=False)
+    exportjobs._child(Box(), url, RecordFilter(), "jsonl", str(tmp_path / "missing"), job, "-001", 100)
+    assert sent[-1][:4] == ("error", 0, "FileNotFoundError", 2)
+    sent.clear()
+    (tmp_path / "out").mkdir()
+    exportjobs._child(Box(), url, RecordFilter(), "jsonl", str(tmp_path / "out"), job, "-001", 100)
+    assert sent[0] == ("progress", 10) and sent[-1][:2] == ("done", 0)
+    assert sent[-1][2].writers[WA]["records"] == 10
+    sent.clear()
+    exportjobs._child(Box(), "nosuch://x", RecordFilter(), "jsonl", str(tmp_path / "out"), job, "-001", 100)
+    assert sent[-1][0] == "error" and sent[-1][3] is None
+
+
+def test_jobs_on_the_command_line(filled: AuditStore, key: CheckpointKey, migrated_url: str, tmp_path: Path) -> None:
+    args = ["export", "--db", migrated_url, "--key", str(key.path)]
+    done = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x"), "--jobs", "2"])
+    assert done.exit_code == 0, done.output
+    assert "observer: exported 16 records and 2 gaps" in done.stdout and "(2 files," in done.stdout
+    bad = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "y"), "--jobs", "0"])
+    assert bad.exit_code == 2 and "--jobs must be 1-64, got 0" in bad.output
+    misplaced = CliRunner().invoke(app, ["export", "--jobs", "2", "verify", str(tmp_path / "x")])
+    assert misplaced.exit_code == 2 and "--jobs: options of the export itself" in misplaced.output
