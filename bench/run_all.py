@@ -36,6 +36,7 @@ SUITES: list[tuple[str, int, int]] = [
     ("store", 120, 60),
     ("verify", 300, 60),
     ("purge", 400, 60),
+    ("export", 300, 60),
     ("latency", 240, 90),
     ("load", 300, 90),
     ("bulk", 180, 90),

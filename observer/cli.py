@@ -1,5 +1,5 @@
 """The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``, ``verify``,
-``checkpoint export``.
+``checkpoint export``, ``export`` (and ``export verify``, offline).
 
 Every command that touches the store takes ``--db URL`` (default: the config file or env
 ``OBSERVER_DB``, else ``sqlite:///observer.db``). ``run`` takes every setting of
@@ -42,6 +42,10 @@ checkpoint_app = typer.Typer(help="The hash chain's signed checkpoints.", no_arg
 app.add_typer(checkpoint_app, name="checkpoint")
 hold_app = typer.Typer(help="Legal holds: records no purge removes while a hold covers them.", no_args_is_help=True)
 app.add_typer(hold_app, name="hold")
+
+
+export_app = typer.Typer(help="Signed exports of the records (jsonl, csv, parquet), and their offline check.")
+app.add_typer(export_app, name="export")
 
 DbOpt = Annotated[
     str | None,
@@ -238,22 +242,10 @@ def verify(
     if since_t is not None and until_t is not None and since_t > until_t:
         _fail("--since is after --until")
     store = _open_read_only(settings.db)
-    bar: Any = None
     try:
-        with contextlib.ExitStack() as stack:
-
-            def total(n: int) -> None:
-                nonlocal bar
-                bar = stack.enter_context(typer.progressbar(length=n, label="verifying", file=sys.stderr))
-
+        with _Progress("verifying") as bar:
             report = run_verify(
-                store,
-                public,
-                since=since_t,
-                until=until_t,
-                exported=exported,
-                progress=lambda n: bar.update(n) if bar is not None else None,
-                total=total,
+                store, public, since=since_t, until=until_t, exported=exported, progress=bar.update, total=bar.total
             )
     except _db_errors() as exc:
         _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
@@ -287,7 +279,7 @@ def checkpoint_export(
 ) -> None:
     """Write every checkpoint (and the store's id) as JSON lines, for keeping off this host
     (``observer verify --checkpoints FILE`` compares them with the store later)."""
-    from observer.journal.format import dumps
+    from observer.jsontext import dumps
     from observer.shape import rfc3339
 
     _logging()
@@ -592,6 +584,167 @@ def _store_reason(exc: BaseException) -> str:
     return reason
 
 
+ValuesOpt = list[str] | None
+
+
+@export_app.callback(invoke_without_command=True)
+def export_records(
+    ctx: typer.Context,
+    out: Annotated[str | None, typer.Option("--out", help="Folder to export into: new, or empty (made 0700).")] = None,
+    file_format: Annotated[str, typer.Option("--format", help="jsonl, csv or parquet.")] = "jsonl",
+    since: TimeOpt = None,
+    until: Annotated[str | None, typer.Option(help="RFC 3339 time, exclusive (records started before it).")] = None,
+    model: Annotated[ValuesOpt, typer.Option(help="Response or requested model (repeatable: any of them).")] = None,
+    host: Annotated[ValuesOpt, typer.Option(help="Upstream host (repeatable).")] = None,
+    user: Annotated[ValuesOpt, typer.Option(help="End user, request.end_user (repeatable).")] = None,
+    dialect: Annotated[ValuesOpt, typer.Option(help="Wire dialect, e.g. openai.chat (repeatable).")] = None,
+    outcome: Annotated[ValuesOpt, typer.Option(help="Outcome, e.g. error (repeatable).")] = None,
+    writer: Annotated[
+        ValuesOpt, typer.Option(help="Writer (journal) id (repeatable); leaves out unchained rows.")
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Private key signing the manifest (default: the checkpoint_key setting)."),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="Processes writing parts of the export in parallel (1-64).")] = 1,
+    db: DbOpt = None,
+) -> None:
+    """Export the records started in [--since, --until) that the filters take, with a manifest
+    signed by the checkpoint key; `observer export verify DIR` checks an export offline.
+
+    Exit 0: exported; 2: bad arguments, no key, a folder that is not empty, the store cannot be
+    read, or writing failed (nothing is left in the folder then)."""
+    if ctx.invoked_subcommand is not None:
+        given = {"--out": out, "--since": since, "--until": until, "--key": key, "--db": db}
+        given |= {"--model": model, "--host": host, "--user": user, "--dialect": dialect, "--outcome": outcome}
+        named = [flag for flag, v in given.items() if v] + (["--format"] if file_format != "jsonl" else [])
+        named += ["--jobs"] if jobs != 1 else []
+        if named:
+            _fail(
+                f"{', '.join(named)}: options of the export itself, not of `observer export {ctx.invoked_subcommand}`"
+            )
+        return
+    from observer.errors import ConfigError
+    from observer.records import Outcome
+    from observer.store.checkpoint import CheckpointKey
+    from observer.store.export import ExportError, check_directory, export
+    from observer.store.exportfiles import FORMATS, parquet_available
+    from observer.store.reader import RecordFilter
+
+    if not out:
+        _fail("--out DIR is required: the folder to export into (new, or empty)")
+    if file_format not in FORMATS:
+        _fail(f"--format must be one of {', '.join(FORMATS)}, got {file_format!r}")
+    if file_format == "parquet" and not parquet_available():
+        _fail("--format parquet needs pyarrow: pip install 'llm-stream-observer[parquet]'")
+    if not 1 <= jobs <= 64:
+        _fail(f"--jobs must be 1-64, got {jobs}")
+    since_t, until_t = _time_opt("--since", since), _time_opt("--until", until)
+    if since_t is not None and until_t is not None and since_t >= until_t:
+        _fail("--since is not before --until")
+    settings = _settings(db=db)
+    registry = load_registry(settings.dialect_registry).names if dialect else ()
+    values = {}
+    for flag, given, known in (
+        ("--model", model, None),
+        ("--host", host, None),
+        ("--user", user, None),
+        ("--dialect", dialect, registry),
+        ("--outcome", outcome, tuple(o.value for o in Outcome)),
+        ("--writer", writer, None),
+    ):
+        for v in given or ():
+            if not v.strip():
+                _fail(f"{flag} needs a value")
+            if known is not None and v not in known:
+                _fail(f"{flag} must be one of {', '.join(known)}, got {v!r}{did_you_mean(v, list(known))}")
+        values[flag] = tuple(dict.fromkeys(given or ()))
+    path = Path(out)
+    try:
+        check_directory(path)
+        signer = CheckpointKey.load(Path(key) if key else settings.checkpoint_key_path)
+    except ExportError as exc:
+        _fail(str(exc))
+    except ConfigError as exc:
+        _fail(f"cannot sign the export: {exc} (observer run makes the checkpoint key; --key names another)")
+    record_filter = RecordFilter(
+        since_t,
+        until_t,
+        models=values["--model"],
+        hosts=values["--host"],
+        users=values["--user"],
+        dialects=values["--dialect"],
+        outcomes=values["--outcome"],
+        writers=values["--writer"],
+    )
+    store = _open_read_only(settings.db)
+    try:
+        with _Progress("exporting") as bar:
+            manifest = export(
+                store, record_filter, file_format, path, signer, jobs=jobs, total=bar.total, progress=bar.update
+            )
+    except ExportError as exc:
+        _fail(str(exc))
+    except _db_errors() as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+            _fail(f"cannot write the export into {out}: {exc.strerror or exc}")
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_reason(exc)}")
+    finally:
+        store.dispose()
+    totals, files = manifest["totals"], manifest["files"]
+    size_mb = sum(f["bytes"] for f in files) / 1e6
+    typer.echo(
+        f"observer: exported {totals['records']} records and {totals['gaps']} gaps to {out}"
+        f" ({len(files)} files, {size_mb:.1f} MB); manifest signed by key {manifest['signer']['key_id']}"
+    )
+
+
+@export_app.command("verify")
+def export_verify(
+    directory: Annotated[str, typer.Argument(help="The export's folder.", show_default=False)],
+    key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key",
+            help="A trusted public key PEM (observer checkpoint public-key), or a key file: the exporter's, and each"
+            " writer's for its checkpoint; repeatable (default: the manifest's own key, with a warning).",
+        ),
+    ] = None,
+) -> None:
+    """Check an export without the database: the manifest's signature, every file's bytes,
+    SHA-256 and rows, no file added, the checkpoints, and for jsonl the hash chain.
+
+    Exit 0: verified; 1: a check failed (each named: file, line, why); 2: bad arguments."""
+    from observer.store.checkpoint import load_public_key
+    from observer.store.manifest import verify_export
+
+    path = Path(directory)
+    if not path.is_dir():
+        _fail(f"no export folder {directory}")
+    keys = []
+    for given in key or ():
+        try:
+            keys.append(load_public_key(Path(given).read_bytes()))
+        except OSError as exc:
+            _fail(f"cannot read the key {given}: {exc.strerror}")
+        except ObserverError as exc:
+            _fail(f"cannot use the key {given}: {exc}")
+    with _Progress("verifying") as bar:
+        try:
+            report = verify_export(path, keys, total=bar.total, progress=bar.update)
+        except OSError as exc:
+            _fail(f"cannot read the export {directory}: {exc.strerror}")
+    for warning in report.warnings:
+        typer.echo(f"observer: warning: {warning}", err=True)
+    if report.ok:
+        typer.echo(f"observer: export verified: {report.summary()}")
+        return
+    for problem in report.problems:
+        typer.echo(f"observer: FAILED: {problem}", err=True)
+    typer.echo(f"observer: the export does not verify: {len(report.problems)} problems", err=True)
+    raise typer.Exit(1)
+
+
 def _public_keys(settings: Settings, given: list[str] | None) -> list[Any]:
     """The trusted keys: each ``--key`` file, or the configured key file if it exists (none:
     ``verify`` warns that checkpoints were not checked)."""
@@ -611,7 +764,7 @@ def _public_keys(settings: Settings, given: list[str] | None) -> list[Any]:
 
 
 def _read_exported(path: str) -> list[dict[str, Any]]:
-    from observer.journal.format import loads
+    from observer.jsontext import loads
 
     try:
         return [loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
@@ -749,6 +902,27 @@ def _open_read_only(url: str) -> Any:
     if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not Path(path).exists():
         _fail(f"cannot open the audit store {_safe(url)}: no such file {path}")
     return AuditStore(url)
+
+
+class _Progress(contextlib.ExitStack):
+    """A progress bar on stderr for a long command: ``total(n)`` (called once by the work)
+    shows it, ``update(n)`` advances it; closed with the ``with`` block."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self._label = label
+        self._bar: Any = None
+
+    def __enter__(self) -> _Progress:
+        super().__enter__()
+        return self
+
+    def total(self, n: int) -> None:
+        self._bar = self.enter_context(typer.progressbar(length=n, label=self._label, file=sys.stderr))
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
 
 
 def _fail(message: str) -> NoReturn:

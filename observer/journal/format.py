@@ -32,14 +32,12 @@ middle) or whose CRC does not match (``EntryReader`` tells the two apart), never
 from __future__ import annotations
 
 import enum
-import json
-import re
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from observer.jsontext import dumps, loads
 
 #: First bytes of every segment file.
 SEGMENT_MAGIC = b"OBSJRNL1"
@@ -61,35 +59,6 @@ class Kind(enum.IntEnum):
     GAP = ord("G")
     FORGET = ord("F")
     CUT = ord("C")
-
-
-#: A run of 19 digits: an integer there may be beyond 64 bits (orjson would make it a float).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_STR = re.compile(r"[0-9]{19}")
-
-
-def dumps(obj: Any) -> bytes:
-    """JSON bytes of ``obj``: ``orjson``, or ASCII-escaped standard JSON for what orjson refuses."""
-    try:
-        return orjson.dumps(obj)
-    except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-
-
-def loads(data: bytes | memoryview | str) -> Any:
-    """The inverse of ``dumps``, with exactly the values ``json.loads`` gives: ``orjson``, or the
-    standard library for what orjson refuses (``NaN``, lone surrogates) or would read otherwise
-    (it turns an integer beyond 64 bits into a float, so text with a run of 19 digits is read by
-    the standard library). Raises ``ValueError`` on bytes that are not JSON."""
-    if isinstance(data, memoryview):
-        data = bytes(data)
-    long_digits = _LONG_DIGITS_STR if isinstance(data, str) else _LONG_DIGITS
-    if long_digits.search(data) is None:  # type: ignore[arg-type]
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
 
 
 def entry(kind: Kind, *body: bytes) -> bytes:

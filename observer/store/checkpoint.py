@@ -82,10 +82,22 @@ def load_public_key(data: bytes) -> Ed25519PublicKey:
 
 @dataclass(frozen=True)
 class CheckpointKey:
-    """The signing key: ``load_or_create(path)``."""
+    """The signing key: ``load_or_create(path)`` (``observer run``), ``load(path)`` (exports)."""
 
     private: Ed25519PrivateKey
     path: Path
+
+    @classmethod
+    def load(cls, path: Path) -> CheckpointKey:
+        """Reads the key file, never making one (``observer export`` signs with an existing
+        key). Raises ``ConfigError`` when it is missing, unreadable or not an Ed25519 private key."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"no checkpoint key {path}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read the checkpoint key {path}: {exc.strerror}") from exc
+        return cls._from_pem(data, path)
 
     @classmethod
     def load_or_create(cls, path: Path) -> CheckpointKey:
@@ -111,6 +123,10 @@ class CheckpointKey:
             return cls(key, path)
         except OSError as exc:
             raise ConfigError(f"cannot read the checkpoint key {path}: {exc.strerror}") from exc
+        return cls._from_pem(data, path)
+
+    @classmethod
+    def _from_pem(cls, data: bytes, path: Path) -> CheckpointKey:
         _warn_if_readable(path)
         try:
             key = serialization.load_pem_private_key(data, password=None)

@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload
 
 from observer.errors import ObserverError
-from observer.journal.format import loads
+from observer.jsontext import loads
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash

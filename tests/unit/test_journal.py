@@ -729,7 +729,7 @@ def test_the_drainer_takes_records_bigger_than_a_read_and_prepares_the_database_
 
 def test_an_integer_beyond_64_bits_survives_the_journal() -> None:
     """Trial finding: orjson read a 30-digit integer of request JSON back as a float."""
-    from observer.journal.format import dumps, loads
+    from observer.jsontext import dumps, loads
 
     big = {"parameters": {"seed": 123456789012345678901234567890, "n": -9223372036854775809}}
     assert loads(dumps(big)) == big

@@ -487,7 +487,7 @@ def test_json_is_read_as_the_standard_library_reads_it(text: str) -> None:
     import json
     import math
 
-    from observer.journal.format import loads
+    from observer.jsontext import loads
 
     got, want = loads(text), json.loads(text)
     if "nan" in text:
