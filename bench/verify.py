@@ -6,9 +6,10 @@ batches of 500, as the drainer does) in a SQLite file, then measures:
 
 1. **verify**: ``observer.store.verify.verify`` over the whole store (no checkpoint key):
    records/s. Target: >= 50,000/s (issue "trustworthy store").
-2. **baseline**: reading the same rows and their child rows in the same pages with the same
-   Core statements, without rebuilding records or hashing (what verify cannot do with less):
-   records/s, in the same run; the ratio says how much of verify is the read.
+2. **baseline**: reading the same records in the same pages with the same reader
+   (``observer.store.reader``, as verify does) and their copied columns, without the
+   canonical bytes or hashing (what verify cannot do with less): records/s, in the same run;
+   the ratio says how much of verify is the read.
 
     .venv/bin/python bench/verify.py                    # 100,000 records (~1-2 min)
     .venv/bin/python bench/verify.py --records 1000000  # the issue's size (~15 min)
@@ -31,33 +32,28 @@ from sqlalchemy import select  # noqa: E402
 from bench._common import Report  # noqa: E402
 from bench.store import make_records  # noqa: E402
 from observer.store.migrate import upgrade  # noqa: E402
-from observer.store.models import BlockRow, ExchangeRow, ToolCallRow, ViolationRow  # noqa: E402
+from observer.store.models import ExchangeRow  # noqa: E402
+from observer.store.reader import RecordFilter, RecordReader  # noqa: E402
 from observer.store.store import AuditStore  # noqa: E402
-from observer.store.verify import PAGE, verify  # noqa: E402
+from observer.store.verify import COPIED, PAGE, verify  # noqa: E402
 
 TARGET_RPS = 50_000.0
 WRITER = "bench-writer"
 
 
 def _read_only(store: AuditStore) -> int:
-    """The baseline: every chained row and its children, page by page, as verify reads them."""
+    """The baseline: every chained record, page by page, as verify reads them."""
     ex = ExchangeRow.__table__
     n = 0
-    last = 0
     with store.engine.connect() as conn:
-        while True:
-            rows = conn.execute(
-                select(ex).where(ex.c.writer_id == WRITER, ex.c.seq > last).order_by(ex.c.seq).limit(PAGE)
+        for page in RecordReader(conn, PAGE).chained(RecordFilter(), WRITER, 1, 1 << 62):
+            conn.execute(
+                select(ex.c.seq, *(ex.c[c] for c in COPIED)).where(
+                    ex.c.writer_id == WRITER, ex.c.seq >= page[0]["seq"], ex.c.seq <= page[-1]["seq"]
+                )
             ).all()
-            if not rows:
-                return n
-            ids = [r.id for r in rows]
-            for table in (BlockRow.__table__, ToolCallRow.__table__, ViolationRow.__table__):
-                conn.execute(
-                    select(table).where(table.c.exchange_id.in_(ids)).order_by(table.c.exchange_id, table.c.position)
-                ).all()
-            n += len(rows)
-            last = rows[-1].seq
+            n += len(page)
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:

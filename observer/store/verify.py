@@ -48,8 +48,8 @@ from observer.store.chain import GENESIS, canonical_event, canonical_gap, canoni
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.events import events as store_events
 from observer.store.holds import HOLD_COLUMNS, expected_holds, hold_record_ids, list_holds
-from observer.store.models import BlockRow, ExchangeRow, GapRow, PurgedRunRow, ToolCallRow, ViolationRow
-from observer.store.rows import exchange_from_row, rows_from_records
+from observer.store.models import ExchangeRow, GapRow, PurgedRunRow
+from observer.store.reader import RecordFilter, RecordReader
 from observer.store.store import AuditStore
 
 PAGE = 1000
@@ -219,60 +219,39 @@ def _range(
     return first, last
 
 
-class _Loaded:
-    """An ``exchanges`` row (Core) with its child rows, read as ``exchange_from_row`` reads an
-    ORM row (attributes: the row's columns copied into ``__dict__``)."""
-
-    def __init__(self, keys: list[str], row: Any) -> None:
-        self.__dict__.update(zip(keys, row, strict=True))
-        self.blocks: list[Any] = []
-        self.tool_calls: list[Any] = []
-        self.violations: list[Any] = []
-
-
-_CHILD_TABLES = (
-    ("blocks", BlockRow.__table__),
-    ("tool_calls", ToolCallRow.__table__),
-    ("violations", ViolationRow.__table__),
-)
+#: The columns that copy a part of the record for the list endpoint and queries: checked
+#: against the record (the flattened usage and error columns are the record's own data).
+COPIED = ("text", "request_model", "end_user")
 
 
 def _entries(store: AuditStore, writer: str, start: int, stop: int) -> Iterator[tuple[int, Any, bool]]:
-    """(seq, row, is_gap) of the writer from ``start`` to ``stop``, in seq order (a record and
-    a gap with one seq both come: the walk reports it). Pages of ``PAGE`` records, read with
-    Core statements (one per table and page)."""
+    """(seq, entry, is_gap) of the writer from ``start`` to ``stop``, in seq order (a record and
+    a gap with one seq both come: the walk reports it). A record is its ``Exchange.to_dict()``
+    with ``writer_id``, ``seq``, ``record_hash`` and, under ``"copied"``, the ``COPIED``
+    columns as stored; read a page of ``PAGE`` at a time with ``observer.store.reader`` (the
+    export's reader: the record's own columns, no ORM), its copied columns with one more
+    statement per page."""
     gaps = [g for g in store.gaps(writer) if g["seq_end"] >= start and g["seq"] <= stop]
     gi = 0
-    last = start - 1
     ex = ExchangeRow.__table__
     with store.engine.connect() as conn:
-        while True:
-            result = conn.execute(
-                select(ex)
-                .where(ex.c.writer_id == writer, ex.c.seq > last, ex.c.seq <= stop)
-                .order_by(ex.c.seq)
-                .limit(PAGE)
-            )
-            keys = list(result.keys())
-            page = [_Loaded(keys, r) for r in result]
-            by_id = {r.id: r for r in page}
-            if page:
-                ids = list(by_id)
-                for name, table in _CHILD_TABLES:
-                    for child in conn.execute(
-                        select(table)
-                        .where(table.c.exchange_id.in_(ids))
-                        .order_by(table.c.exchange_id, table.c.position)
-                    ):
-                        getattr(by_id[child.exchange_id], name).append(child)
-            for row in page:
-                while gi < len(gaps) and gaps[gi]["seq"] <= row.seq:
+        reader = RecordReader(conn, PAGE)
+        for page in reader.chained(RecordFilter(), writer, start, stop):
+            copies = {
+                r.seq: r
+                for r in conn.execute(
+                    select(ex.c.seq, *(ex.c[c] for c in COPIED)).where(
+                        ex.c.writer_id == writer, ex.c.seq >= page[0]["seq"], ex.c.seq <= page[-1]["seq"]
+                    )
+                )
+            }
+            for item in page:
+                seq = item["seq"]
+                while gi < len(gaps) and gaps[gi]["seq"] <= seq:
                     yield gaps[gi]["seq"], gaps[gi], True
                     gi += 1
-                yield row.seq, row, False
-            if len(page) < PAGE:
-                break
-            last = page[-1].seq
+                item["copied"] = copies.get(seq)
+                yield seq, item, False
     while gi < len(gaps):
         yield gaps[gi]["seq"], gaps[gi], True
         gi += 1
@@ -322,7 +301,7 @@ def _walk(
             prev, expected = bytes.fromhex(h), last + 1
 
     for seq, row, is_gap in _entries(store, writer, start, stop):
-        rid = None if is_gap else row.id
+        rid = None if is_gap else row["id"]
         skip_purged(seq)
         if seq < expected:
             run = next((e for first, (last, _h, e) in runs.items() if first <= seq <= last), None)
@@ -348,9 +327,9 @@ def _walk(
             stored = row["record_hash"]
             end = row["seq_end"]
         else:
-            record = exchange_from_row(row)
-            canonical = canonical_record(record.to_dict(), writer, seq)
-            stored = row.record_hash
+            stored = row.pop("record_hash")
+            copied_row = row.pop("copied")
+            canonical = canonical_record(row, writer, seq)
             end = seq
         h = chain_hash(prev, canonical)
         if stored != h.hex():
@@ -361,7 +340,7 @@ def _walk(
                 expected - 1,
                 purged,
             )
-        copied = None if is_gap else _copied_column_changed(row, record)
+        copied = None if is_gap else _copied_column_changed(copied_row, row)
         if copied is not None:
             reason = f"column {copied} differs from the record it is copied from (changed)"
             return Break(writer, seq, rid, reason), count, expected - 1, purged
@@ -474,14 +453,15 @@ def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]])
     return None
 
 
-def _copied_column_changed(row: Any, record: Any) -> str | None:
-    """The first ``exchanges`` column whose stored value is not what the record (as read back
-    from its own columns and JSON) gives it: the denormalised copies (``text``,
-    ``request_model``, ``end_user``, the flattened usage and error columns) are served by the
-    list endpoint and queried directly, so a change to a copy must break too."""
-    (expected,), _children = rows_from_records([record])
-    for column, value in expected.items():
-        if getattr(row, column) != value:
+def _copied_column_changed(copied: Any, record: dict[str, Any]) -> str | None:
+    """The first ``COPIED`` column whose stored value is not what the record gives it (the
+    list endpoint serves them and queries filter on them, so a change to a copy must break
+    too): ``text`` and ``request_model`` are the record's derived keys, ``end_user`` its
+    ``request.end_user``."""
+    request = record.get("request") or {}
+    expected = {"text": record["text"], "request_model": record["request_model"], "end_user": request.get("end_user")}
+    for column in COPIED:
+        if getattr(copied, column) != expected[column]:
             return column
     return None
 
