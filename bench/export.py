@@ -95,7 +95,8 @@ def build(url: str, n: int) -> None:
                 for table, table_rows in (("exchanges", [exchange]), *kids.items()):
                     for r in table_rows:
                         names = columns.setdefault(table, list(r))
-                        rows.setdefault(table, []).append(tuple(rid if c == "exchange_id" else r[c] for c in names))
+                        own = {"exchange_id": rid, "exchange_started_at": exchange["started_at"]}  # the record's key
+                        rows.setdefault(table, []).append(tuple(own[c] if c in own else r[c] for c in names))
             raw.execute("BEGIN")
             for table, values in rows.items():
                 names = columns[table]
