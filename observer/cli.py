@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -289,7 +290,7 @@ def checkpoint_export(
         rows = store.checkpoints()
         store_id = store.store_id()
     except _db_errors() as exc:
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_reason(exc)}")
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
     finally:
         store.dispose()
     lines = [dumps({"store_id": store_id, **r, "created_at": rfc3339(r["created_at"])}) + b"\n" for r in rows]
@@ -607,18 +608,24 @@ def export_records(
         typer.Option("--key", help="Private key signing the manifest (default: the checkpoint_key setting)."),
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Processes writing parts of the export in parallel (1-64).")] = 1,
+    no_verify: Annotated[
+        bool,
+        typer.Option("--no-verify", help="Do not recompute the chain over the range first (faster; see the README)."),
+    ] = False,
     db: DbOpt = None,
 ) -> None:
     """Export the records started in [--since, --until) that the filters take, with a manifest
     signed by the checkpoint key; `observer export verify DIR` checks an export offline.
 
-    Exit 0: exported; 2: bad arguments, no key, a folder that is not empty, the store cannot be
-    read, or writing failed (nothing is left in the folder then)."""
+    The chain over the range is recomputed first: a break refuses the export (exit 1). Exit 0:
+    exported; 2: bad arguments, no key, a folder that is not empty, the store cannot be read,
+    or writing failed (nothing is left in the folder then)."""
     if ctx.invoked_subcommand is not None:
         given = {"--out": out, "--since": since, "--until": until, "--key": key, "--db": db}
         given |= {"--model": model, "--host": host, "--user": user, "--dialect": dialect, "--outcome": outcome}
+        given |= {"--writer": writer}
         named = [flag for flag, v in given.items() if v] + (["--format"] if file_format != "jsonl" else [])
-        named += ["--jobs"] if jobs != 1 else []
+        named += (["--jobs"] if jobs != 1 else []) + (["--no-verify"] if no_verify else [])
         if named:
             _fail(
                 f"{', '.join(named)}: options of the export itself, not of `observer export {ctx.invoked_subcommand}`"
@@ -627,7 +634,7 @@ def export_records(
     from observer.errors import ConfigError
     from observer.records import Outcome
     from observer.store.checkpoint import CheckpointKey
-    from observer.store.export import ExportError, check_directory, export
+    from observer.store.export import ExportError, ExportRefused, check_directory, export
     from observer.store.exportfiles import FORMATS, parquet_available
     from observer.store.reader import RecordFilter
 
@@ -678,17 +685,29 @@ def export_records(
         writers=values["--writer"],
     )
     store = _open_read_only(settings.db)
+    signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: the folder is cleaned, the jobs ended
     try:
         with _Progress("exporting") as bar:
             manifest = export(
-                store, record_filter, file_format, path, signer, jobs=jobs, total=bar.total, progress=bar.update
+                store,
+                record_filter,
+                file_format,
+                path,
+                signer,
+                jobs=jobs,
+                total=bar.total,
+                progress=bar.update,
+                check=not no_verify,
             )
+    except ExportRefused as exc:
+        typer.echo(f"observer: {exc}", err=True)
+        raise typer.Exit(1) from None
     except ExportError as exc:
         _fail(str(exc))
     except _db_errors() as exc:
         if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
             _fail(f"cannot write the export into {out}: {exc.strerror or exc}")
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_reason(exc)}")
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
     finally:
         store.dispose()
     totals, files = manifest["totals"], manifest["files"]
@@ -902,6 +921,11 @@ def _open_read_only(url: str) -> Any:
     if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not Path(path).exists():
         _fail(f"cannot open the audit store {_safe(url)}: no such file {path}")
     return AuditStore(url)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """A SIGTERM handler: stop as Ctrl-C does (``KeyboardInterrupt``), so cleanups run."""
+    raise KeyboardInterrupt
 
 
 class _Progress(contextlib.ExitStack):

@@ -38,7 +38,10 @@ def loads(text: str | bytes | memoryview) -> Any:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except RecursionError:  # nested deeper than the parser goes (orjson refuses it first)
+        raise ValueError("JSON nested too deeply") from None
 
 
 def dumps(value: Any) -> bytes:

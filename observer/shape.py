@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -52,9 +53,18 @@ def rfc3339(ts: datetime | None) -> str | None:
     return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
 
 
+#: A fraction of a second finer than microseconds (it would be cut off unseen).
+_FRACTION_TOO_FINE = re.compile(r"\.\d{7,}")
+
+
 def parse_rfc3339(value: str) -> datetime:
     """The aware UTC datetime of an RFC 3339 / ISO 8601 time; ``ValueError`` when it has no
     offset (a time without one is ambiguous evidence), does not parse, or is out of range in UTC."""
+    if not isinstance(value, str):
+        raise TypeError(f"a time must be a string, not {type(value).__name__}")
+    value = value.upper()  # RFC 3339 §5.6: "t" and "z" may be lower case
+    if _FRACTION_TOO_FINE.search(value):
+        raise ValueError(f"more than 6 digits of a second (the store keeps microseconds): {value!r}")
     when = datetime.fromisoformat(value)
     if when.tzinfo is None:
         raise ValueError(f"time without offset: {value!r}")

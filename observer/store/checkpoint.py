@@ -127,13 +127,13 @@ class CheckpointKey:
 
     @classmethod
     def _from_pem(cls, data: bytes, path: Path) -> CheckpointKey:
-        _warn_if_readable(path)
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{path} is not a checkpoint key: {exc}") from None
         if not isinstance(key, Ed25519PrivateKey):
             raise ConfigError(f"{path} is not an Ed25519 key")
+        _warn_if_readable(path)  # (a key, so its mode matters)
         return cls(key, path)
 
     @property

@@ -52,6 +52,13 @@ ORDER = (
 Item = dict[str, Any]
 
 
+class ExportRefused(ObserverError):
+    """The chain does not verify over the exported range: a signed export would vouch for
+    tampered records."""
+
+    code = "export_refused"
+
+
 class ExportError(ObserverError):
     """An export that cannot be made as asked (its folder is not empty, an unknown writer or
     format, ``pyarrow`` missing for Parquet)."""
@@ -95,6 +102,7 @@ def export(
     now: datetime | None = None,
     total: Callable[[int], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    check: bool = True,
 ) -> dict[str, Any]:
     """Exports what ``f`` takes from ``store`` into ``directory`` as ``file_format``
     (``jsonl``, ``csv``, ``parquet``) and signs the manifest with ``key``; returns the manifest.
@@ -103,12 +111,22 @@ def export(
     files ``exchanges-001.jsonl``, ...; one: this process, plain names). ``total(n)`` is called
     once with the number of records to export, ``progress(n)`` with the records written since
     its last call. ``now``: the manifest's ``created_at`` (default: the
-    clock). Raises ``ExportError`` (module docstring), ``OSError`` (writing),
+    clock). ``check``: recompute the chain over the range first (``observer.store.verify``,
+    hashes only) and refuse with ``ExportRefused`` on a break. Raises ``ExportError`` (module docstring), ``OSError`` (writing),
     ``sqlalchemy.exc.SQLAlchemyError`` (reading); nothing is left in ``directory`` then."""
     if file_format not in FORMATS:
         raise ExportError(f"unknown format {file_format!r} (jsonl, csv, parquet)")
     if file_format == "parquet" and not parquet_available():
         raise ExportError("the parquet format needs pyarrow: pip install 'llm-stream-observer[parquet]'")
+    if check:  # the chain over the range first: never sign tampered records (csv and parquet cannot show it)
+        from observer.store.verify import verify
+
+        report = verify(store, None, since=f.since, until=f.until)
+        if not report.ok:
+            raise ExportRefused(
+                "the chain does not verify over the exported range, so nothing was exported (a signed export would"
+                " vouch for the changed records): " + "; ".join(b.line() for b in report.breaks)
+            )
     store_id = store.store_id()
     all_writers = [w for w in store.writers() if w != store_id]  # (the store's own chain holds no records)
     unknown = sorted(set(f.writers) - set(all_writers))

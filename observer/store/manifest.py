@@ -48,7 +48,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from observer.errors import ConfigError
-from observer.jsontext import loads
+from observer.jsontext import dumps, loads
 from observer.shape import parse_rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.checkpoint import CheckpointKey, check_checkpoint, key_id, load_public_key
@@ -57,6 +57,8 @@ from observer.store.exportfiles import GAP_COLUMNS, RECORD_COLUMNS, parquet_avai
 FORMAT = "llm-stream-observer export v1"
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
+#: A listed file this much bigger than the manifest says is refused without reading it.
+GROWN_BYTES = 1 << 20
 #: Bytes read at a time when hashing and parsing a file.
 READ_BYTES = 1 << 20
 #: Problems listed per file; more are counted in one line.
@@ -84,6 +86,7 @@ class ExportCheck:
     warnings: list[str] = field(default_factory=list)
     key_id: str | None = None
     trusted: bool = False
+    store_id: str | None = None
     files: int = 0
     records: int = 0
     gaps: int = 0
@@ -98,7 +101,8 @@ class ExportCheck:
 
     def summary(self) -> str:
         return (
-            f"{self.files} files, {self.records} records and {self.gaps} gaps of {self.writers} writers;"
+            f"store {self.store_id}: {self.files} files, {self.records} records and {self.gaps} gaps of"
+            f" {self.writers} writers;"
             f" {self.hashes_checked} chain hashes recomputed ({self.hashes_unchecked} without their predecessor"
             f" in the export); {self.checkpoints_checked} checkpoints checked; manifest signed by key {self.key_id}"
         )
@@ -122,10 +126,16 @@ def verify_export(
     folder that cannot be listed."""
     check = ExportCheck()
     names = set(os.listdir(directory))
+    if (directory / MANIFEST).exists() and not (directory / MANIFEST).is_file():
+        check.problems.append(f"{MANIFEST}: not a regular file")
+        return check
     try:
         data = (directory / MANIFEST).read_bytes()
     except FileNotFoundError:
         check.problems.append(f"{MANIFEST}: missing (not an export, or its manifest was removed)")
+        return check
+    except OSError as exc:
+        check.problems.append(f"{MANIFEST}: cannot be read ({exc.strerror})")
         return check
     try:
         manifest = loads(data)
@@ -135,6 +145,7 @@ def verify_export(
         check.problems.append(f"{MANIFEST}: unreadable ({exc})")
         return check
     try:
+        check.store_id = str(manifest.get("store_id"))
         keys = _check_signature(directory, data, manifest, trusted, check)
         _check_listing(names, manifest, check)
         writers = _check_writers(manifest, keys, bool(trusted), check)
@@ -181,6 +192,9 @@ def _check_signature(
         signature = base64.b64decode((directory / SIGNATURE).read_bytes().strip(), validate=True)
     except FileNotFoundError:
         check.problems.append(f"{SIGNATURE}: missing (the manifest is not signed)")
+        return keys
+    except OSError as exc:
+        check.problems.append(f"{SIGNATURE}: cannot be read ({exc.strerror})")
         return keys
     except ValueError:
         check.problems.append(f"{SIGNATURE}: not a base64 signature")
@@ -275,8 +289,16 @@ def _check_file(
     name = entry["name"]
     problems: list[str] = []
     sha = hashlib.sha256()
+    path = directory / name
+    if path.exists() and not path.is_file():  # a FIFO or a folder would hang or fail the read
+        check.problems.append(f"{name}: not a regular file")
+        return
+    if path.is_file() and path.stat().st_size > entry["bytes"] + GROWN_BYTES:
+        # Far bigger than signed: said at once, not read through (a huge appended line).
+        check.problems.append(f"{name}: {path.stat().st_size} bytes, the manifest says {entry['bytes']} (changed)")
+        return
     try:
-        f = open(directory / name, "rb")  # noqa: SIM115 - closed below
+        f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
         check.problems.append(f"{name}: missing (removed)")
         return
@@ -339,6 +361,11 @@ def _jsonl(
         where = f"{name} line {number}"
         try:
             item = loads(line)
+            if dumps(item) != line:
+                # The exporter writes each line as jsontext.dumps of the item: any other text for
+                # the same values (a repeated key: the last one wins in the parser; spacing) is
+                # not its line.
+                raise ValueError("not the line the exporter writes for its values (a repeated key, or re-encoded)")
             kind = item["kind"]
             if kind == "exchange":
                 counted["records"] += 1
@@ -374,6 +401,14 @@ def _link(item: dict[str, Any], writers: dict[str, _Chain], check: ExportCheck) 
         return f"{where}: not after seq {chain.last_end} (lines out of order or repeated)"
     if end > chain.head_seq:
         return f"{where}: beyond the chain head at export time (seq {chain.head_seq})"
+    if not is_gap:
+        # text and request_model are derived from the record (not committed by the chain):
+        # they must be what the record gives.
+        blocks = sorted(item["blocks"], key=lambda b: b["index"])
+        if item["text"] != "".join(b["text"] for b in blocks if b["type"] == "text"):
+            return f"{where}: text is not its text blocks joined (changed)"
+        if item["request_model"] != (item["request"] or {}).get("model"):
+            return f"{where}: request_model is not the request's model (changed)"
     if seq == chain.last_end + 1:
         if is_gap:
             canonical = canonical_gap(item, writer)

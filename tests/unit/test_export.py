@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from observer import jsontext
@@ -105,7 +106,8 @@ def filled(store: AuditStore, key: CheckpointKey) -> AuditStore:
     store.write_many(varied[:3], writer_id=WB, seqs=[1, 2, 3])
     _checkpoint(store, key, WB, 1, T0 + timedelta(hours=1))
     store.write_many(varied[3:], writer_id=WB, seqs=[4], gaps=[_gap(5, 6, None, None)])
-    store.write_many([minimal_exchange(f"u-{i}", T0 - timedelta(days=1, minutes=-i)) for i in (1, 2)])
+    # (before every chained record, 2025-06-01: rows from before the journal)
+    store.write_many([minimal_exchange(f"u-{i}", datetime(2025, 5, 31, 0, i, tzinfo=UTC)) for i in (1, 2)])
     return store
 
 
@@ -219,7 +221,7 @@ def test_a_whole_export_in_chain_order(filled: AuditStore, key: CheckpointKey, t
         ({"hosts": ("api.anthropic.com",), "since": T0}, "gap5 a-07 a-08 a-09"),
         ({"dialects": ("anthropic.messages",), "outcomes": ("error",)}, "gap5 a-08 gapB"),
         ({"writers": (WB,), "outcomes": ("error", "http_error")}, "B0 B2 gapB"),
-        ({"since": T0 - timedelta(days=2), "until": T0 - timedelta(hours=1)}, "u-1 u-2"),
+        ({"since": datetime(2025, 5, 30, tzinfo=UTC), "until": datetime(2025, 6, 1, tzinfo=UTC)}, "u-1 u-2"),
         ({"since": T0 + timedelta(days=30)}, ""),
     ],
 )
@@ -556,7 +558,7 @@ def test_reordered_lines_and_a_foreign_line_are_found(exported: Path, key: Check
     path = exported / "exchanges.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     lines[1], lines[2] = lines[2], lines[1]
-    lines[3] = b'{"kind": "note"}\n'
+    lines[3] = b'{"kind":"note"}\n'
     path.write_bytes(b"".join(lines))
     problems = _problems(exported, key)
     assert (
@@ -564,6 +566,39 @@ def test_reordered_lines_and_a_foreign_line_are_found(exported: Path, key: Check
         in problems
     )
     assert "exchanges.jsonl line 4: not an export line (ValueError: kind 'note')" in problems
+
+
+def _resign_lines(exported: Path, key: CheckpointKey, lines: list[bytes]) -> None:
+    """Writes ``lines`` as exchanges.jsonl and fixes the manifest's size and SHA-256 and its
+    signature, as someone holding the export's key would."""
+    import hashlib
+
+    from observer.store.manifest import encode, sign
+
+    data = b"".join(lines)
+    (exported / "exchanges.jsonl").write_bytes(data)
+    manifest = json.loads((exported / "manifest.json").read_bytes())
+    (entry,) = [f for f in manifest["files"] if f["name"] == "exchanges.jsonl"]
+    entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    raw = encode(manifest)
+    (exported / "manifest.json").write_bytes(raw)
+    (exported / "manifest.sig").write_bytes(sign(raw, key))
+
+
+def test_derived_keys_and_repeated_keys_are_found(exported: Path, key: CheckpointKey) -> None:
+    """Trial finding: text and request_model, left out of the chain hash, could be changed (or
+    given twice, the parser keeping the last) in a re-signed export that then verified."""
+    lines = (exported / "exchanges.jsonl").read_bytes().splitlines(keepends=True)
+    item = json.loads(lines[1])
+    lines[1] = jsontext.dumps({**item, "text": "I never said that"}) + b"\n"
+    lines[2] = lines[2].replace(b'{"kind":"exchange",', b'{"kind":"exchange","text":"FORGED",', 1)
+    item3 = json.loads(lines[3])
+    lines[3] = jsontext.dumps({**item3, "request_model": "evil-model"}) + b"\n"
+    _resign_lines(exported, key, lines)
+    problems = _problems(exported, key)
+    assert any("line 2: " in p and "text is not its text blocks joined (changed)" in p for p in problems), problems
+    assert any("line 3: not an export line" in p and "a repeated key" in p for p in problems), problems
+    assert any("line 4: " in p and "request_model is not the request's model (changed)" in p for p in problems)
 
 
 def test_a_rewritten_export_is_caught_by_the_writers_checkpoint(exported: Path, key: CheckpointKey) -> None:
@@ -694,7 +729,7 @@ def test_export_and_verify_on_the_command_line(
     public.write_text(public_pem(key.public))
     ok = runner.invoke(app, ["export", "verify", str(out), "--key", str(public)])
     assert ok.exit_code == 0, ok.output
-    assert "observer: export verified: 2 files, 5 records and 1 gaps of 1 writers;" in ok.stdout
+    assert "2 files, 5 records and 1 gaps of 1 writers;" in ok.stdout
     untrusted = runner.invoke(app, ["export", "verify", str(out)])
     assert untrusted.exit_code == 0 and "observer: warning: no --key given" in untrusted.stderr
     (out / "exchanges.csv").write_bytes((out / "exchanges.csv").read_bytes() + b"\r\n")
@@ -981,7 +1016,7 @@ def test_an_aborted_parquet_export_and_a_folder_in_place_of_a_file(
     _export(filled, key, tmp_path / "x")
     (tmp_path / "x" / "exchanges.jsonl").unlink()
     (tmp_path / "x" / "exchanges.jsonl").mkdir()
-    assert "exchanges.jsonl: cannot be read (Is a directory)" in _problems(tmp_path / "x", key)
+    assert "exchanges.jsonl: not a regular file" in _problems(tmp_path / "x", key)
 
 
 def test_parquet_row_groups_gather_pages(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -> None:
@@ -1140,3 +1175,22 @@ def test_jobs_on_the_command_line(filled: AuditStore, key: CheckpointKey, migrat
     assert bad.exit_code == 2 and "--jobs must be 1-64, got 0" in bad.output
     misplaced = CliRunner().invoke(app, ["export", "--jobs", "2", "verify", str(tmp_path / "x")])
     assert misplaced.exit_code == 2 and "--jobs: options of the export itself" in misplaced.output
+
+
+def test_an_export_of_a_tampered_store_is_refused(
+    filled: AuditStore, key: CheckpointKey, migrated_url: str, tmp_path: Path
+) -> None:
+    """Trial finding: a record changed in the database was exported and signed (its CSV then
+    verified)."""
+    from observer.store.export import ExportRefused
+
+    with filled.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE exchange_blocks SET text = 'TAMPERED' WHERE exchange_id = 'a-03'"))
+    with pytest.raises(ExportRefused, match=r"seq \d+, record a-03: hash mismatch"):
+        _export(filled, key, tmp_path / "x", "csv")
+    assert not (tmp_path / "x").exists()
+    base = ["export", "--out", str(tmp_path / "y"), "--format", "csv", "--db", migrated_url, "--key", str(key.path)]
+    refused = CliRunner().invoke(app, base)
+    assert refused.exit_code == 1 and "nothing was exported" in refused.stderr
+    unchecked = CliRunner().invoke(app, [*base, "--no-verify"])
+    assert unchecked.exit_code == 0, unchecked.output

@@ -279,3 +279,22 @@ def test_make_portable_cleans_every_string_field() -> None:
 
     assert [s for s in strings(d) if "\x00" in s] == []
     assert any(v["kind"] == "unstorable_character" for v in d["violations"])
+
+
+def test_rfc3339_times_are_read_exactly_or_refused() -> None:
+    """Trial findings: a 7th digit of a second was cut off unseen; lower-case t/z (RFC 3339
+    §5.6) were refused; year 1 was written as '1-01-01'."""
+    from datetime import datetime, timezone
+
+    import pytest
+
+    from observer.shape import parse_rfc3339, rfc3339
+
+    assert parse_rfc3339("2026-12-01t17:58:26.349412z") == datetime(
+        2026, 12, 1, 17, 58, 26, 349412, tzinfo=timezone.utc
+    )
+    with pytest.raises(ValueError, match="more than 6 digits of a second"):
+        parse_rfc3339("2026-12-01T17:58:26.3494125Z")
+    with pytest.raises(ValueError, match="out of range in UTC"):
+        parse_rfc3339("0001-01-01T00:00:00+01:00")
+    assert rfc3339(datetime(1, 1, 1, tzinfo=timezone.utc)) == "0001-01-01T00:00:00.000000Z"
