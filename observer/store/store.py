@@ -37,6 +37,8 @@ from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_re
 
 log = logging.getLogger(__name__)
 
+#: Longest record id (``models.RecordId``: a UUID's 36 characters).
+RECORD_ID_MAX = 36
 #: Largest page ``AuditStore.list`` serves.
 LIST_LIMIT_MAX = 500
 #: Longest cursor accepted (a real one is under 100 characters).
@@ -307,7 +309,11 @@ class AuditStore:
             return conn.scalar(query)
 
     def get(self, id: str) -> Item | None:  # noqa: A002 - the record's field name
-        """The record with this id as ``Exchange.to_dict()`` returns it, or ``None``."""
+        """The record with this id as ``Exchange.to_dict()`` returns it, or ``None`` (also for an
+        id no record can have: longer than a record id, or with a NUL, which PostgreSQL refuses
+        in a query with an error, not an empty result)."""
+        if len(id) > RECORD_ID_MAX or "\x00" in id:
+            return None
         stmt = (
             select(ExchangeRow)
             .where(ExchangeRow.id == id)

@@ -97,6 +97,8 @@ def test_get_unknown_is_404(client: TestClient) -> None:
     response = client.get("/v1/exchanges/nope", headers=AUTH)
     assert response.status_code == 404
     assert _error(response) == {"code": "not_found", "message": "no exchange with id 'nope'"}
+    nul = client.get("/v1/exchanges/%00", headers=AUTH)  # a 500 on PostgreSQL before (trial finding)
+    assert nul.status_code == 404 and _error(nul)["code"] == "not_found"
 
 
 def test_unknown_route_is_404_with_the_error_shape(client: TestClient) -> None:

@@ -494,3 +494,9 @@ def test_json_is_read_as_the_standard_library_reads_it(text: str) -> None:
         assert math.isnan(got["nan"]) and got["inf"] == want["inf"] == math.inf
     else:
         assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("rid", ["a\x00b", "\x00", "x" * 37])
+def test_an_id_no_record_can_have_is_none(store: AuditStore, rid: str) -> None:
+    """Trial finding: GET /v1/exchanges/%00 gave 500 on PostgreSQL (a NUL in a query is an error there)."""
+    assert store.get(rid) is None
