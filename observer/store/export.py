@@ -35,6 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from observer.errors import ObserverError
 from observer.shape import rfc3339
 from observer.store.checkpoint import CheckpointKey, public_pem
@@ -147,6 +149,7 @@ def export(
             if checkpoint is None
             else {**checkpoint, "created_at": rfc3339(checkpoint["created_at"])},
         }
+    store_chain = _store_chain(store, store_id)  # with the heads: what explains a purged record's absence
     selected = [w for w in all_writers if not f.writers or w in f.writers]
     made = prepare_directory(directory)
     try:
@@ -167,6 +170,7 @@ def export(
                 _add(chains[writer], counts)
         unchained = sum(result.unchained for result in results)
         manifest = _manifest(store_id, f, file_format, files, list(chains.values()), unchained, key, now)
+        manifest["store_chain"] = store_chain
         data = encode(manifest)
         _write_new(directory / MANIFEST, data)
         _write_new(directory / SIGNATURE, sign(data, key))
@@ -185,6 +189,32 @@ def _add(chain: Item, counts: Item) -> None:
         chain["first_seq"] = counts["first_seq"]
     if counts["last_seq"] is not None:
         chain["last_seq"] = counts["last_seq"]
+
+
+def _store_chain(store: AuditStore, store_id: str) -> dict[str, Any]:
+    """The store's own chain as the manifest carries it: every event (holds made and released,
+    purges), every purged run (``[writer_id, first_seq, last_seq, last_hash, event_seq]``) and
+    the chain's last signed checkpoint, so that ``export verify`` can check the purges that
+    explain records missing from a writer's seqs, and recompute across them."""
+    from observer.store.events import events as store_events
+    from observer.store.models import PurgedRunRow
+
+    runs = PurgedRunRow.__table__
+    with store.engine.connect() as conn:
+        events = store_events(conn)
+        purged = conn.execute(
+            select(runs.c.writer_id, runs.c.first_seq, runs.c.last_seq, runs.c.last_hash, runs.c.event_seq).order_by(
+                runs.c.writer_id, runs.c.first_seq
+            )
+        ).all()
+    checkpoint = store.last_checkpoint(store_id)
+    return {
+        "events": [{k: (rfc3339(v) if k == "at" else v) for k, v in e.items() if k != "created_at"} for e in events],
+        "purged_runs": [list(r) for r in purged],
+        "last_checkpoint": None
+        if checkpoint is None
+        else {**checkpoint, "created_at": rfc3339(checkpoint["created_at"])},
+    }
 
 
 def _manifest(

@@ -15,7 +15,10 @@ offline check (``verify_export``): no database, no SQLAlchemy (a test checks tha
                   export began: AuditStore.chain_head), "last_checkpoint": the writer's newest
                   checkpoint row then (its signed note and signature; created_at RFC 3339) or
                   null}] (every writer of the store, by id),
-     "signer": {"key_id", "public_key" (PEM)}}
+     "signer": {"key_id", "public_key" (PEM)},
+     "store_chain": {"events": [the store's events: seq, kind, at, actor, detail, record_hash],
+                     "purged_runs": [[writer_id, first_seq, last_seq, last_hash, event_seq]],
+                     "last_checkpoint": its newest checkpoint row, or null}}
 
 ``manifest.sig``: the base64 Ed25519 signature of the exact bytes of ``manifest.json`` by the
 checkpoint key (``observer.store.checkpoint.CheckpointKey``), and a newline.
@@ -50,7 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from observer.errors import ConfigError
 from observer.jsontext import dumps, loads
 from observer.shape import parse_rfc3339
-from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
+from observer.store.chain import GENESIS, canonical_event, canonical_gap, canonical_record, chain_hash, runs_digest
 from observer.store.checkpoint import CheckpointKey, check_checkpoint, key_id, load_public_key
 from observer.store.exportfiles import GAP_COLUMNS, RECORD_COLUMNS, parquet_available
 
@@ -149,6 +152,7 @@ def verify_export(
         keys = _check_signature(directory, data, manifest, trusted, check)
         _check_listing(names, manifest, check)
         writers = _check_writers(manifest, keys, bool(trusted), check)
+        _check_store_chain(manifest, keys, bool(trusted), writers, check)
         files = manifest["files"]
         if total is not None:
             total(sum(int(f["bytes"]) for f in files))
@@ -221,7 +225,8 @@ def _check_listing(names: set[str], manifest: dict[str, Any], check: ExportCheck
 
 @dataclass(slots=True)
 class _Chain:
-    """One writer's state while its jsonl lines are read."""
+    """One writer's state while its jsonl lines are read; ``purged``: its runs removed by a
+    purge the store chain vouches for (first seq -> (last seq, hash of the last))."""
 
     head_seq: int
     head_hash: str
@@ -232,6 +237,7 @@ class _Chain:
     gaps: int = 0
     last_end: int = 0
     last_hash: bytes = GENESIS
+    purged: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
 def _check_writers(
@@ -267,6 +273,69 @@ def _check_writers(
             check.problems.append(f"{where}: names another hash than the head at the same seq")
     check.writers = sum(1 for w in manifest["writers"] if w["records"] or w["gaps"])
     return out
+
+
+def _check_store_chain(
+    manifest: dict[str, Any],
+    keys: dict[str, Ed25519PublicKey],
+    trusted: bool,
+    writers: dict[str, _Chain],
+    check: ExportCheck,
+) -> None:
+    """Checks the store's own chain the manifest carries (``store_chain``: its events
+    recomputed, each purge's runs against its digest, the last checkpoint signed by a trusted
+    key and naming the last event) and hands each writer its purged runs, so its lines are
+    recomputed across them. An export without ``store_chain`` (older) has nothing to check."""
+    chain = manifest.get("store_chain")
+    if not chain:
+        return
+    store_id = manifest["store_id"]
+    where = f"{MANIFEST}: the store's chain"
+    prev, ok = GENESIS, True
+    for i, event in enumerate(chain["events"], 1):
+        h = chain_hash(prev, canonical_event(event, store_id))
+        if event["seq"] != i or event["record_hash"] != h.hex():
+            check.problems.append(f"{where}: event {i} does not follow the one before (changed, or one missing)")
+            ok = False
+            break
+        prev = h
+    by_event: dict[int, list[tuple[str, int, int, str]]] = {}
+    for writer, first, last, last_hash, event_seq in chain["purged_runs"]:
+        by_event.setdefault(int(event_seq), []).append((writer, int(first), int(last), last_hash))
+    for event in chain["events"]:
+        if event["kind"] == "purge" and runs_digest(by_event.pop(event["seq"], [])) != event["detail"]["runs_sha256"]:
+            check.problems.append(f"{where}: the purged runs of event {event['seq']} differ from those it committed to")
+            ok = False
+    if by_event:
+        check.problems.append(f"{where}: purged runs name no purge event ({', '.join(map(str, sorted(by_event)))})")
+        ok = False
+    events = chain["events"]
+    cp = chain["last_checkpoint"]
+    if events and cp is None:
+        check.problems.append(f"{where}: {len(events)} events and no signed checkpoint")
+        ok = False
+    elif cp is not None:
+        public = keys.get(cp["key_id"])
+        if public is None:
+            (check.problems if trusted else check.warnings).append(
+                f"{where}: checkpoint signed by key {cp['key_id']}"
+                + (", not a trusted key" if trusted else ": not checked")
+            )
+            ok = ok and not trusted
+        else:
+            problem = check_checkpoint({**cp, "created_at": parse_rfc3339(cp["created_at"])}, public, store_id)
+            if (
+                problem is not None
+                or cp["seq"] != len(events)
+                or (events and cp["head_hash"] != events[-1]["record_hash"])
+            ):
+                check.problems.append(f"{where}: its checkpoint {problem or 'does not name its last event'}")
+                ok = False
+            check.checkpoints_checked += 1
+    if ok:
+        for writer, first, last, last_hash, _event in chain["purged_runs"]:
+            if writer in writers:
+                writers[writer].purged[int(first)] = (int(last), last_hash)
 
 
 def _chunks(f: BinaryIO, sha: Any, progress: Callable[[int], None] | None) -> Iterator[bytes]:
@@ -409,6 +478,9 @@ def _link(item: dict[str, Any], writers: dict[str, _Chain], check: ExportCheck) 
             return f"{where}: text is not its text blocks joined (changed)"
         if item["request_model"] != (item["request"] or {}).get("model"):
             return f"{where}: request_model is not the request's model (changed)"
+    while seq > chain.last_end + 1 and chain.last_end + 1 in chain.purged:  # removed by a purge: go on from it
+        chain.last_end, last_hash = chain.purged[chain.last_end + 1]
+        chain.last_hash = bytes.fromhex(last_hash)
     if seq == chain.last_end + 1:
         if is_gap:
             canonical = canonical_gap(item, writer)

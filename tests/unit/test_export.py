@@ -262,6 +262,7 @@ def test_the_manifest_by_hand(filled: AuditStore, key: CheckpointKey, tmp_path: 
         " then the records without a writer (stored before the journal) by started_at, id",
         "totals": {"records": 1, "chained_records": 1, "unchained_records": 0, "gaps": 1},
         "signer": {"key_id": key.key_id, "public_key": public_pem(key.public)},
+        "store_chain": {"events": [], "purged_runs": [], "last_checkpoint": None},  # no hold, no purge
     }
     import hashlib
 
@@ -1194,3 +1195,39 @@ def test_an_export_of_a_tampered_store_is_refused(
     assert refused.exit_code == 1 and "nothing was exported" in refused.stderr
     unchecked = CliRunner().invoke(app, [*base, "--no-verify"])
     assert unchecked.exit_code == 0, unchecked.output
+
+
+def test_an_export_after_a_purge_carries_the_store_chain(store: AuditStore, key: CheckpointKey, tmp_path: Path) -> None:
+    """Trial finding: an export after a purge carried nothing of the purge, so an authority saw
+    records without their predecessors and could not tell a lawful purge from a deletion. The
+    manifest now carries the store's chain (events, purged runs, its checkpoint) and verify
+    recomputes each record across the runs."""
+    from observer.store.holds import Scope, create_hold
+    from observer.store.purge import purge
+
+    now = T0 + timedelta(days=400)
+    records = [_a_record(i) for i in range(8)]
+    for r in records[6:]:
+        r.started_at = now - timedelta(days=1)
+    store.write_many(records, writer_id=WA, seqs=list(range(1, 9)))
+    create_hold(store.engine, key, store.store_id(), Scope(exchange_ids=("a-02",)), "case", "legal", now)
+    result = purge(store, key, now=now, retention_days=183, retention_override=False, actor="ops")
+    assert [(a, b) for _w, a, b, _h in result.runs] == [(1, 2), (4, 6)]
+    _export(store, key, tmp_path / "x")
+    manifest = json.loads((tmp_path / "x" / "manifest.json").read_bytes())
+    chain = manifest["store_chain"]
+    assert [e["kind"] for e in chain["events"]] == ["hold_created", "purge"]
+    assert [r[:3] for r in chain["purged_runs"]] == [[WA, 1, 2], [WA, 4, 6]]
+    assert chain["last_checkpoint"]["seq"] == 2
+    check = verify_export(tmp_path / "x", [key.public])
+    assert check.ok, check.problems
+    assert (check.hashes_checked, check.hashes_unchecked) == (3, 0)  # a-02 after run 1..2, a-06 after 4..6, a-07
+
+    def forge(m: dict[str, Any]) -> None:
+        m["store_chain"]["purged_runs"][1][2] = 5  # a run shortened: seq 6 deleted unexplained
+        m["store_chain"]["events"][0]["actor"] = "someone else"
+
+    _resign(tmp_path / "x", key, forge)
+    problems = _problems(tmp_path / "x", key)
+    assert any("the store's chain: event 1 does not follow the one before" in p for p in problems), problems
+    assert any("the purged runs of event 2 differ from those it committed to" in p for p in problems), problems
