@@ -58,6 +58,9 @@ def _logging() -> None:
     """Log to stderr for the commands that have no mitmproxy termlog (``run`` logs through it)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its per-plugin INFO lines say nothing to an operator
+    # A connection the server closed fails again when the pool resets it: a traceback after the
+    # command's own one-line error, saying nothing more (trial finding).
+    logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
 
 
 def _with_setting_flags(command: Callable[..., None]) -> Callable[..., None]:
@@ -649,6 +652,7 @@ def export_records(
     since_t, until_t = _time_opt("--since", since), _time_opt("--until", until)
     if since_t is not None and until_t is not None and since_t >= until_t:
         _fail("--since is not before --until")
+    _logging()
     settings = _settings(db=db)
     registry = load_registry(settings.dialect_registry).names if dialect else ()
     values = {}

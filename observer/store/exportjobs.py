@@ -216,8 +216,17 @@ def _child(
         messages.put(("done", job.index, result))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent, which raises it
         errno = exc.errno if isinstance(exc, OSError) else None
-        text = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
-        messages.put(("error", job.index, type(exc).__name__, errno, text))
+        messages.put(("error", job.index, type(exc).__name__, errno, error_text(exc)))
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for a job's error: an ``OSError``'s reason; for a database error the driver's
+    first line (SQLAlchemy's text adds the statement, its parameters and a link)."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _segment_pages(reader: RecordReader, f: RecordFilter, segment: Segment, page_rows: int) -> Iterator[list[Item]]:

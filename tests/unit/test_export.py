@@ -1231,3 +1231,17 @@ def test_an_export_after_a_purge_carries_the_store_chain(store: AuditStore, key:
     problems = _problems(tmp_path / "x", key)
     assert any("the store's chain: event 1 does not follow the one before" in p for p in problems), problems
     assert any("the purged runs of event 2 differ from those it committed to" in p for p in problems), problems
+
+
+def test_a_job_error_is_one_line() -> None:
+    """Trial finding: a PostgreSQL connection killed under --jobs 2 printed the statement, its
+    1,000 parameters and a link as the error."""
+    from sqlalchemy.exc import OperationalError
+
+    from observer.store.exportjobs import error_text
+
+    driver = Exception("terminating connection due to administrator command\nSSL connection has been closed")
+    exc = OperationalError("SELECT " + "?, " * 1000, ["x"] * 1000, driver)
+    assert error_text(exc) == "terminating connection due to administrator command"
+    assert error_text(OSError(28, "No space left on device")) == "No space left on device"
+    assert error_text(KeyboardInterrupt()) == "KeyboardInterrupt"
