@@ -17,7 +17,7 @@ import logging
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -455,18 +455,9 @@ def hold_create(
     except HoldError as exc:
         _fail(str(exc))
     signer = _signing_key(settings, key)
-    store = _open_read_only(settings.db)
-    try:
+    with _changing_store(settings) as store:
         row = create_hold(store.engine, signer, store.store_id(), scope, reason, _actor(by), datetime.now(timezone.utc))
         matching = count_held(store.engine, row)
-    except HoldError as exc:
-        _fail(str(exc))
-    except _db_errors() as exc:
-        _fail(f"cannot write to the audit store {_safe(settings.db)}: {_store_reason(exc)}")
-    except ObserverError as exc:
-        _fail(str(exc))
-    finally:
-        store.dispose()
     typer.echo(row["id"])
     typer.echo(f"observer: hold {row['id']} made: {_scope_text(row)}; {matching} records stored match it now", err=True)
 
@@ -482,22 +473,13 @@ def hold_release(
     """Release a legal hold: its records are purged again once past retention."""
     from datetime import datetime, timezone
 
-    from observer.store.holds import HoldError, release_hold
+    from observer.store.holds import release_hold
 
     _logging()
     settings = _settings(db=db)
     signer = _signing_key(settings, key)
-    store = _open_read_only(settings.db)
-    try:
+    with _changing_store(settings) as store:
         release_hold(store.engine, signer, store.store_id(), hold_id, reason, _actor(by), datetime.now(timezone.utc))
-    except HoldError as exc:
-        _fail(str(exc))
-    except _db_errors() as exc:
-        _fail(f"cannot write to the audit store {_safe(settings.db)}: {_store_reason(exc)}")
-    except ObserverError as exc:
-        _fail(str(exc))
-    finally:
-        store.dispose()
     typer.echo(f"observer: hold {hold_id} released")
 
 
@@ -531,6 +513,22 @@ def hold_list(
         )
     if not rows:
         typer.echo("observer: no holds" if all_ else "observer: no active holds", err=True)
+
+
+@contextlib.contextmanager
+def _changing_store(settings: Settings) -> Iterator[Any]:
+    """The store for a hold command (existing, never made here), disposed after; a database
+    error or a refusal (``HoldError``, ``ConcurrentChange``: ``ObserverError``s) is a one-line
+    exit 2."""
+    store = _open_read_only(settings.db)
+    try:
+        yield store
+    except _db_errors() as exc:
+        _fail(f"cannot write to the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    except ObserverError as exc:
+        _fail(str(exc))
+    finally:
+        store.dispose()
 
 
 def _scope_text(row: dict[str, Any]) -> str:

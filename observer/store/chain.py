@@ -154,6 +154,34 @@ def runs_digest(runs: Sequence[Sequence[Any]]) -> str:
     return hashlib.sha256(canonical_json(items)).hexdigest()
 
 
+def event_chain_break(events: Sequence[Mapping[str, Any]], store_id: str) -> tuple[int, str] | None:
+    """The first store event (its place, 1-based) that does not follow the ones before, and
+    why: ``"missing"`` (its seq is not its place: one deleted) or ``"changed"`` (its hash is not
+    recomputed from it and its predecessor); ``None`` when the whole chain holds."""
+    prev = GENESIS
+    for i, event in enumerate(events, 1):
+        if event["seq"] != i:
+            return i, "missing"
+        h = chain_hash(prev, canonical_event(event, store_id))
+        if event["record_hash"] != h.hex():
+            return i, "changed"
+        prev = h
+    return None
+
+
+def purges_not_matching_runs(events: Sequence[Mapping[str, Any]], runs: Sequence[Sequence[Any]]) -> list[int]:
+    """The seqs of the purge events whose ``detail.runs_sha256`` is not the digest of the runs
+    naming them (each run ``[writer_id, first_seq, last_seq, last_hash, event_seq]``)."""
+    by_event: dict[int, list[Sequence[Any]]] = {}
+    for run in runs:
+        by_event.setdefault(int(run[4]), []).append(run[:4])
+    return [
+        e["seq"]
+        for e in events
+        if e["kind"] == "purge" and runs_digest(by_event.get(e["seq"], [])) != e["detail"]["runs_sha256"]
+    ]
+
+
 def chain_hash(prev: bytes, canonical: bytes) -> bytes:
     """``SHA-256(DOMAIN || canonical || prev)`` (32 bytes)."""
     return hashlib.sha256(DOMAIN + canonical + prev).digest()
@@ -176,5 +204,7 @@ __all__ = [
     "chain_hash",
     "committed_record",
     "digest",
+    "event_chain_break",
+    "purges_not_matching_runs",
     "runs_digest",
 ]

@@ -53,7 +53,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from observer.errors import ConfigError
 from observer.jsontext import dumps, loads
 from observer.shape import parse_rfc3339
-from observer.store.chain import GENESIS, canonical_event, canonical_gap, canonical_record, chain_hash, runs_digest
+from observer.store.chain import (
+    GENESIS,
+    canonical_gap,
+    canonical_record,
+    chain_hash,
+    event_chain_break,
+    purges_not_matching_runs,
+)
 from observer.store.checkpoint import CheckpointKey, check_checkpoint, key_id, load_public_key
 from observer.store.exportfiles import GAP_COLUMNS, RECORD_COLUMNS, parquet_available
 
@@ -291,25 +298,20 @@ def _check_store_chain(
         return
     store_id = manifest["store_id"]
     where = f"{MANIFEST}: the store's chain"
-    prev, ok = GENESIS, True
-    for i, event in enumerate(chain["events"], 1):
-        h = chain_hash(prev, canonical_event(event, store_id))
-        if event["seq"] != i or event["record_hash"] != h.hex():
-            check.problems.append(f"{where}: event {i} does not follow the one before (changed, or one missing)")
-            ok = False
-            break
-        prev = h
-    by_event: dict[int, list[tuple[str, int, int, str]]] = {}
-    for writer, first, last, last_hash, event_seq in chain["purged_runs"]:
-        by_event.setdefault(int(event_seq), []).append((writer, int(first), int(last), last_hash))
-    for event in chain["events"]:
-        if event["kind"] == "purge" and runs_digest(by_event.pop(event["seq"], [])) != event["detail"]["runs_sha256"]:
-            check.problems.append(f"{where}: the purged runs of event {event['seq']} differ from those it committed to")
-            ok = False
-    if by_event:
-        check.problems.append(f"{where}: purged runs name no purge event ({', '.join(map(str, sorted(by_event)))})")
-        ok = False
     events = chain["events"]
+    ok = True
+    broken = event_chain_break(events, store_id)
+    if broken is not None:
+        check.problems.append(f"{where}: event {broken[0]} does not follow the one before (changed, or one missing)")
+        ok = False
+    for seq in purges_not_matching_runs(events, chain["purged_runs"]):
+        check.problems.append(f"{where}: the purged runs of event {seq} differ from those it committed to")
+        ok = False
+    purges = {e["seq"] for e in events if e["kind"] == "purge"}
+    orphans = sorted({int(r[4]) for r in chain["purged_runs"]} - purges)
+    if orphans:
+        check.problems.append(f"{where}: purged runs name no purge event ({', '.join(map(str, orphans))})")
+        ok = False
     cp = chain["last_checkpoint"]
     if events and cp is None:
         check.problems.append(f"{where}: {len(events)} events and no signed checkpoint")

@@ -30,7 +30,8 @@ from observer.jsontext import loads
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
-from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreEventRow, StoreMetaRow
+from observer.store.events import event_head
+from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
 from observer.store.partitions import Partitions
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
@@ -234,11 +235,9 @@ class AuditStore:
     def events_head(self) -> tuple[int, str] | None:
         """(seq, hex hash) of the store chain's last event (``observer.store.events``); ``None``
         when it has none."""
-        table = StoreEventRow.__table__
-        stmt = select(table.c.seq, table.c.record_hash).order_by(table.c.seq.desc()).limit(1)
         with self._engine.connect() as conn:
-            row = conn.execute(stmt).first()
-        return None if row is None else (row.seq, row.record_hash)
+            seq, head = event_head(conn)
+        return None if seq == 0 else (seq, head.hex())
 
     def gaps(self, writer_id: str | None = None) -> list[Item]:
         """The recorded gaps (all writers, or one), oldest seq first, as dicts of their columns."""

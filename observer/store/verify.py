@@ -44,7 +44,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
 
 from observer.shape import parse_rfc3339
-from observer.store.chain import GENESIS, canonical_event, canonical_gap, canonical_record, chain_hash, runs_digest
+from observer.store.chain import (
+    GENESIS,
+    canonical_gap,
+    canonical_record,
+    chain_hash,
+    event_chain_break,
+    purges_not_matching_runs,
+)
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.events import events as store_events
 from observer.store.holds import HOLD_COLUMNS, expected_holds, hold_record_ids, list_holds
@@ -142,7 +149,7 @@ def verify(
         )
     runs = _purged_runs(store)
     writers = [w for w in store.writers() if w != store_id]
-    plans = {w: _range(store, w, since, until, runs.get(w, {})) for w in writers}
+    plans = {w: _range(store, w, since, until) for w in writers}
     if total is not None:
         total(sum(stop - start + 1 for start, stop in plans.values() if stop >= start))
     if isinstance(trusted, Ed25519PublicKey):
@@ -194,18 +201,12 @@ def verify(
     return report
 
 
-def _range(
-    store: AuditStore, writer: str, since: datetime | None, until: datetime | None, runs: Runs
-) -> tuple[int, int]:
+def _range(store: AuditStore, writer: str, since: datetime | None, until: datetime | None) -> tuple[int, int]:
     """(first seq, last seq) to recompute: all, or those of records started in the range
     (gaps between them included)."""
-    ex, gap = ExchangeRow.__table__, GapRow.__table__
+    ex = ExchangeRow.__table__
+    last = store.max_seq(writer)  # records, gaps and purged runs
     with store.engine.connect() as conn:
-        last = max(
-            conn.scalar(select(func.max(ex.c.seq)).where(ex.c.writer_id == writer)) or 0,
-            conn.scalar(select(func.max(gap.c.seq_end)).where(gap.c.writer_id == writer)) or 0,
-            max((r[0] for r in runs.values()), default=0),
-        )
         first = 1
         if since is not None:
             first = (
@@ -383,31 +384,31 @@ def _verify_store_chain(
     checkpoints = store.checkpoints(store_id)
     if checkpoints:
         report.last_checkpoint[store_id] = checkpoints[-1]["created_at"]
-    prev = GENESIS
     heads: dict[int, str] = {}
-    for i, event in enumerate(events, 1):
-        if event["seq"] != i:
-            return Break(store_id, i, None, f"store event {i} missing (deleted)"), heads
-        h = chain_hash(prev, canonical_event(event, store_id))
-        if event["record_hash"] != h.hex():
-            return Break(store_id, i, None, f"hash mismatch: store event {i} ({event['kind']}) was changed"), heads
-        heads[i] = event["record_hash"]
-        prev = h
+    broken = event_chain_break(events, store_id)
+    if broken is not None:
+        i, why = broken
+        reason = (
+            f"store event {i} missing (deleted)"
+            if why == "missing"
+            else (f"hash mismatch: store event {i} ({events[i - 1]['kind']}) was changed")
+        )
+        return Break(store_id, i, None, reason), heads
+    heads = {e["seq"]: e["record_hash"] for e in events}
     purges = {e["seq"] for e in events if e["kind"] == "purge"}
-    by_event: dict[int, list[tuple[str, int, int, str]]] = {}
+    flat = []
     for writer, wruns in sorted(runs.items()):
         for first, (last, h, event_seq) in sorted(wruns.items()):
             if event_seq not in purges:
                 brk = Break(writer, first, None, f"purged run {first}..{last} names no purge event ({event_seq})")
                 return brk, heads
-            by_event.setdefault(event_seq, []).append((writer, first, last, h))
-    for event in events:
-        if event["kind"] == "purge" and runs_digest(by_event.get(event["seq"], [])) != event["detail"]["runs_sha256"]:
-            reason = (
-                f"purge event {event['seq']}: the purged runs differ from those it committed to (added, changed or"
-                " deleted)"
-            )
-            return Break(store_id, event["seq"], None, reason), heads
+            flat.append((writer, first, last, h, event_seq))
+    differing = purges_not_matching_runs(events, flat)
+    if differing:
+        reason = (
+            f"purge event {differing[0]}: the purged runs differ from those it committed to (added, changed or deleted)"
+        )
+        return Break(store_id, differing[0], None, reason), heads
     brk = _check_holds(store, store_id, events)
     if brk is None and keys:
         brk = _check_checkpoints(store_id, checkpoints, heads, keys, store_id, len(events), None, None, any_key=True)
