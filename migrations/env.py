@@ -15,7 +15,7 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 from sqlalchemy.engine import make_url
 
-from observer.store.migrate import include_name, include_object
+from observer.store.migrate import compare_server_default, include_name, include_object
 from observer.store.models import Base
 
 config = context.config
@@ -47,6 +47,7 @@ def _configure(**kwargs: object) -> None:
         # SQLite cannot ALTER most things: emit "move and copy" batch operations there.
         render_as_batch=dialect_name == "sqlite",
         compare_type=True,
+        compare_server_default=compare_server_default,
         include_name=include_name,
         include_object=include_object,
         **kwargs,  # type: ignore[arg-type]

@@ -44,6 +44,9 @@ app.add_typer(checkpoint_app, name="checkpoint")
 hold_app = typer.Typer(help="Legal holds: records no purge removes while a hold covers them.", no_args_is_help=True)
 app.add_typer(hold_app, name="hold")
 
+token_app = typer.Typer(help="Tokens of the query API and their roles.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
 
 export_app = typer.Typer(help="Signed exports of the records (jsonl, csv, parquet), and their offline check.")
 app.add_typer(export_app, name="export")
@@ -195,9 +198,24 @@ def api(
     settings = _settings({"api_host": "--host", "api_port": "--port"}, db=db, api_host=host, api_port=port)
     _check_url(settings.db)
     token = resolve_token(settings)
+    key = _api_key(settings)
     uvicorn.run(
-        create_app(AuditStore(settings.db), token), host=settings.api_host, port=settings.api_port, log_level="warning"
+        create_app(AuditStore(settings.db), token, key),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level="warning",
     )
+
+
+def _api_key(settings: Settings) -> Any:
+    """The checkpoint key the API signs its access log with: the data folder's, made when
+    missing (as ``observer run`` does); exit 2 when it cannot be read or made."""
+    from observer.store.checkpoint import CheckpointKey
+
+    try:
+        return CheckpointKey.load_or_create(settings.checkpoint_key_path)
+    except ObserverError as exc:
+        _fail(str(exc))
 
 
 @db_app.command("upgrade")
@@ -513,6 +531,85 @@ def hold_list(
         )
     if not rows:
         typer.echo("observer: no holds" if all_ else "observer: no active holds", err=True)
+
+
+@token_app.command("create")
+def token_create(
+    role: Annotated[str, typer.Option("--role", help="viewer, auditor, responder or admin.")],
+    name: Annotated[str, typer.Option("--name", help="Whom it is for: the access log names calls by it.")],
+    db: DbOpt = None,
+    key: SignKeyOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Make an API token; prints it once (the store keeps only its SHA-256). Exit 2 for an
+    unknown role or a name in use."""
+    from datetime import datetime, timezone
+
+    from observer.store.tokens import create_token
+
+    _logging()
+    settings = _settings(db=db)
+    signer = _signing_key(settings, key)
+    with _changing_store(settings) as store:
+        token, row = create_token(
+            store.engine,
+            signer,
+            store.store_id(),
+            name=name,
+            role=role,
+            actor=_actor(by),
+            at=datetime.now(timezone.utc),
+        )
+    typer.echo(token)
+    typer.echo(f"observer: token {row['name']!r} ({row['role']}, id {row['id']}) made; it is shown only now", err=True)
+
+
+@token_app.command("list")
+def token_list(
+    all_: Annotated[bool, typer.Option("--all", help="Revoked tokens too.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """The API tokens (active ones unless --all): id, name, role, made, revoked. Never the tokens."""
+    from observer.shape import rfc3339
+    from observer.store.tokens import list_tokens
+
+    settings = _settings(db=db)
+    store = _open_read_only(settings.db)
+    try:
+        rows = list_tokens(store.engine, include_revoked=all_)
+    except _db_errors() as exc:
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    finally:
+        store.dispose()
+    for row in rows:
+        revoked = "" if row["revoked_at"] is None else f"  revoked {rfc3339(row['revoked_at'])} by {row['revoked_by']}"
+        typer.echo(
+            f"{row['id']}  {row['name']}  {row['role']}  made {rfc3339(row['created_at'])} by {row['created_by']}{revoked}"
+        )
+    if not rows:
+        typer.echo("observer: no tokens" if all_ else "observer: no active tokens", err=True)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ref: Annotated[str, typer.Argument(help="The token's id or name (observer token list).")],
+    db: DbOpt = None,
+    key: SignKeyOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Revoke an API token: calls with it get 401 from now on (and are logged as revoked)."""
+    from datetime import datetime, timezone
+
+    from observer.store.tokens import revoke_token
+
+    _logging()
+    settings = _settings(db=db)
+    signer = _signing_key(settings, key)
+    with _changing_store(settings) as store:
+        row = revoke_token(
+            store.engine, signer, store.store_id(), ref=ref, actor=_actor(by), at=datetime.now(timezone.utc)
+        )
+    typer.echo(f"observer: token {row['name']!r} revoked")
 
 
 @contextlib.contextmanager

@@ -1,9 +1,12 @@
 """The query API's app factory: ``create_app(store, token)``.
 
 No module-level engine or settings: the caller (``observer api``, tests) builds the store and
-passes it in. Every route under ``/v1`` requires the bearer token; ``/healthz``, ``/readyz``, ``/docs`` and
-``/openapi.json`` do not. Every error, including FastAPI's own 404/405/422, has the one shape
-``{"error": {"code": ..., "message": ...}}``.
+passes it in. Every route under ``/v1`` requires a bearer token whose role may do it (``observer.api.auth``)
+and refuses unknown query parameters (``observer.api.params``); ``/healthz``, ``/readyz``,
+``/docs`` and ``/openapi.json`` need none. Every call but the probes is written to the access
+log before its answer leaves (``observer.api.access``). Every error, FastAPI's own 404/405 and
+validation errors (400 ``invalid_parameter``) included, has the one shape ``{"error": {"code":
+..., "message": ...}}`` (``observer.api.errors``).
 """
 
 from __future__ import annotations
@@ -18,40 +21,28 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from observer import __version__
-from observer.api.auth import require_token
-from observer.api.routers import exchanges
+from observer.api.access import AccessLog
+from observer.api.auth import require
+from observer.api.errors import error_response
+from observer.api.params import strict_query
+from observer.api.routers import access_log, exchanges, stats
 from observer.api.schemas import ErrorResponse, Health, Readiness
 from observer.errors import ConfigError
+from observer.store.checkpoint import CheckpointKey
 from observer.store.store import AuditStore, InvalidCursor
 
 log = logging.getLogger(__name__)
 
-_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    422: "validation_error",
-    500: "internal_error",
-    503: "store_unavailable",
-}
-
 _ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse, "description": HTTPStatus(code).phrase} for code in (400, 401, 422, 503)
+    code: {"model": ErrorResponse, "description": HTTPStatus(code).phrase} for code in (400, 401, 403, 503)
 }
 
 
-def error_response(
-    status_code: int, message: str, code: str | None = None, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    """The API's one error shape: ``{"error": {"code", "message"}}``."""
-    body = {"error": {"code": code or _CODES.get(status_code, f"http_{status_code}"), "message": message}}
-    return JSONResponse(body, status_code=status_code, headers=headers)
-
-
-def create_app(store: AuditStore, token: str) -> FastAPI:
-    """The FastAPI app serving ``store``; ``token`` is the bearer token of every ``/v1`` route.
+def create_app(store: AuditStore, token: str, key: CheckpointKey | None = None) -> FastAPI:
+    """The FastAPI app serving ``store``. ``token``: the bootstrap token (role ``admin``; other
+    principals are the store's tokens, ``observer.store.tokens``); ``key``: signs the access
+    log's checkpoints and the store events the API appends (holds, incidents); ``None``: no
+    checkpoints, and those routes answer 503.
 
     Raises ``ConfigError`` on an empty token.
     """
@@ -63,7 +54,8 @@ def create_app(store: AuditStore, token: str) -> FastAPI:
         description="Read-only access to the audit records of observed LLM exchanges.",
     )
     app.state.store = store
-    app.state.api_token = token.encode("utf-8")
+    app.state.key = key
+    app.add_middleware(AccessLog, store=store, bootstrap=token.encode("utf-8", "surrogatepass"), key=key)
 
     @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness (no auth)")
     def healthz() -> dict[str, str]:
@@ -88,8 +80,13 @@ def create_app(store: AuditStore, token: str) -> FastAPI:
             return JSONResponse(body, status_code=503)
         return JSONResponse({"status": "ready", "database": "ok"})
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], responses=_ERROR_RESPONSES)
-    v1.include_router(exchanges.router)
+    v1 = APIRouter(
+        prefix="/v1",
+        dependencies=[Depends(require("metadata")), Depends(strict_query)],
+        responses=_ERROR_RESPONSES,
+    )
+    for router in (exchanges.router, stats.router, access_log.router):
+        v1.include_router(router)
     app.include_router(v1)
 
     _install_error_handlers(app)
@@ -99,14 +96,14 @@ def create_app(store: AuditStore, token: str) -> FastAPI:
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+        return error_response(exc.status_code, str(exc.detail), getattr(exc, "code", None), headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', 'invalid')}" for err in exc.errors()
         )
-        return error_response(status.HTTP_422_UNPROCESSABLE_CONTENT, problems or "invalid request")
+        return error_response(status.HTTP_400_BAD_REQUEST, problems or "invalid request", "invalid_parameter")
 
     @app.exception_handler(InvalidCursor)
     async def invalid_cursor(request: Request, exc: InvalidCursor) -> JSONResponse:

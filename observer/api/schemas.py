@@ -59,7 +59,7 @@ class ErrorInfoOut(_Schema):
 class BlockOut(_Schema):
     index: int
     type: str
-    text: str
+    text: str | None = Field(description="null for a role without the content permission")
     stop_reason: str | None
 
 
@@ -67,7 +67,9 @@ class ToolCallOut(_Schema):
     index: int | None
     id: str | None
     name: str | None
-    arguments: str = Field(description="JSON-encoded arguments exactly as streamed")
+    arguments: str | None = Field(
+        description="JSON-encoded arguments exactly as streamed; null for a role without the content permission"
+    )
     declared: bool = Field(description="The name was among the request's declared tools (draft §8.2)")
 
 
@@ -81,7 +83,10 @@ class RequestOut(_Schema):
     version: str | None
     stream: bool | None
     model: str | None = Field(description="gen_ai.request.model")
-    messages: list[Any] = Field(description="As sent; binary parts reduced to type and data_bytes")
+    messages: list[Any] | None = Field(
+        description="As sent; binary parts reduced to type and data_bytes; null for a role without the content"
+        " permission"
+    )
     tools: list[dict[str, Any]]
     parameters: dict[str, Any]
     metadata: dict[str, Any]
@@ -111,7 +116,9 @@ class ExchangeOut(_Schema):
     request: RequestOut
     request_model: str | None = Field(description="gen_ai.request.model")
     model: str | None = Field(description="gen_ai.response.model")
-    text: str = Field(description="All text blocks joined in index order")
+    text: str | None = Field(
+        description="All text blocks joined in index order; null for a role without the content permission"
+    )
     blocks: list[BlockOut]
     tool_calls: list[ToolCallOut]
     usage: UsageOut
@@ -124,6 +131,13 @@ class ExchangeOut(_Schema):
     transport_error: str | None
     response_bytes: int
     events: int
+    conversation_id: str | None = Field(
+        description="gen_ai.conversation.id: the id of the conversation's first exchange (linked by the store)"
+    )
+    content_withheld: bool = Field(
+        description="True when this role may not read content: text, block text, tool arguments, request messages"
+        " and response_body are then null"
+    )
 
 
 def _summary_schema() -> type[_Schema]:
@@ -150,3 +164,45 @@ ExchangeSummary = _summary_schema()
 class ExchangePage(_Schema):
     items: list[ExchangeSummary]
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
+    recorded_position: str | None = Field(
+        description="With ?recorded_after=: pass it as recorded_after next time (the same when nothing new); else null"
+    )
+
+
+class StatsGroup(BaseModel):
+    """One group: its key (named as ``group_by``: model, day, user, dialect or host) and counts."""
+
+    model_config = ConfigDict(extra="allow")
+    exchanges: int
+    input_tokens: int = Field(description="Sum of gen_ai.usage.input_tokens reported (0 when none was)")
+    output_tokens: int = Field(description="Sum of gen_ai.usage.output_tokens reported (0 when none was)")
+    usage_not_reported: int = Field(description="Exchanges without a usage report (their tokens are unknown)")
+
+
+class StatsOut(_Schema):
+    group_by: str
+    filters: dict[str, Any] = Field(description="The filters applied, as given")
+    groups: list[StatsGroup]
+
+
+class AccessLogEntry(_Schema):
+    """One API call (``observer.store.access``)."""
+
+    seq: int
+    at: str = Field(json_schema_extra=_TIME)
+    principal: str | None = Field(description="Token name; bootstrap; null when no valid token was given")
+    role: str | None
+    client: str | None = Field(description="client.address")
+    method: str
+    endpoint: str = Field(description="http.route, e.g. /v1/exchanges/{exchange_id}")
+    path: str
+    params: dict[str, Any] = Field(description="query, path and body parameters; authorization: why none was valid")
+    status: int
+    rows: int | None
+    ids: list[str] | None
+    record_hash: str = Field(description="Chain hash (hex)")
+
+
+class AccessLogPage(_Schema):
+    items: list[AccessLogEntry]
+    next_before_seq: int | None = Field(description="Pass as ?before_seq= for the next page; null on the last page")

@@ -147,6 +147,18 @@ def canonical_event(event: Mapping[str, Any], store_id: str) -> bytes:
     return canonical_json(obj)
 
 
+#: The access log's columns a chain hash commits to (``observer.store.access``), besides its seq.
+ACCESS_FIELDS = ("principal", "role", "client", "method", "endpoint", "path", "params", "status", "rows", "ids")
+
+
+def canonical_access(entry: Mapping[str, Any], writer_id: str) -> bytes:
+    """The canonical bytes of an access-log row (``seq``, ``at`` and ``ACCESS_FIELDS``): the
+    chain of the writer ``writer_id`` (``observer.store.access.access_writer``)."""
+    obj = {"kind": "access", "writer_id": writer_id, "seq": entry["seq"], "at": _time(entry["at"])}
+    obj.update({k: entry.get(k) for k in ACCESS_FIELDS})
+    return canonical_json(obj)
+
+
 def runs_digest(runs: Sequence[Sequence[Any]]) -> str:
     """Hex SHA-256 of the canonical JSON of purged runs, each ``[writer_id, first_seq,
     last_seq, last_hash]``, sorted: what a purge's store event commits to."""

@@ -1,4 +1,4 @@
-"""The store's own chain: legal holds made and released, purges (``store_events``).
+"""The store's own chain: legal holds made and released, purges, API tokens (``store_events``).
 
 Each event is an entry of the chain of the writer ``store_id`` (``observer.store.chain``:
 ``canonical_event``), appended with the next ``seq``, and a signed checkpoint of it is written in
@@ -14,7 +14,9 @@ Event kinds and their ``detail``:
 - ``purge``: ``cutoff`` (RFC 3339: records started before it were due), ``retention_days``,
   ``retention_override``, ``records`` (chained records removed), ``unchained`` (records from
   before the chain removed), ``held`` (due records kept for a hold), ``runs`` (count),
-  ``runs_sha256`` (``chain.runs_digest`` of the ``purged_runs`` rows of this event).
+  ``runs_sha256`` (``chain.runs_digest`` of the ``purged_runs`` rows of this event);
+- ``token_created``: ``token_id``, ``name``, ``role``; ``token_revoked``: ``token_id``, ``name``
+  (``observer.store.tokens``).
 
 Commands that append take ``lock`` first, so they run one after the other; should two still
 append at once they collide on ``seq`` (the primary key): the later one fails whole with
@@ -35,7 +37,7 @@ from observer.store.chain import GENESIS, canonical_event, chain_hash
 from observer.store.checkpoint import ZERO_HASH, CheckpointKey, make_checkpoint, note_hash
 from observer.store.models import CheckpointRow, StoreEventRow, StoreMetaRow
 
-KINDS = ("hold_created", "hold_released", "purge")
+KINDS = ("hold_created", "hold_released", "purge", "token_created", "token_revoked")
 
 
 class ConcurrentChange(ObserverError):

@@ -15,6 +15,7 @@ from alembic.config import Config
 from sqlalchemy.engine import make_url
 
 from observer.errors import ConfigError
+from observer.store import search
 from observer.store.partitions import is_partition
 
 log = logging.getLogger("observer.store")
@@ -39,8 +40,13 @@ def alembic_config(url: str) -> Config:
 def include_name(name: str | None, type_: str, parent_names: object) -> bool:
     """Alembic's ``include_name`` hook: leaves the monthly partitions
     (``observer.store.partitions``) out of autogenerate's comparison (``alembic check``): they
-    are made at run time, not declared in the models."""
-    return not (type_ == "table" and name is not None and is_partition(name))
+    are made at run time, not declared in the models. So are the full-text search objects
+    (``observer.store.search``), which SQLAlchemy cannot declare: the FTS5 table (SQLite) and the
+    GIN expression index (PostgreSQL)."""
+    if type_ == "table" and name is not None:
+        # ... and SQLite's FTS5 table with its shadow tables (observer.store.search).
+        return not (is_partition(name) or name.startswith(search.FTS_TABLE))
+    return not (type_ == "index" and name == search.SEARCH_INDEX_PG)
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
@@ -50,6 +56,23 @@ def include_object(obj: object, name: str | None, type_: str, reflected: bool, c
         referred = getattr(obj, "referred_table", None)
         return not (referred is not None and is_partition(referred.name))
     return True
+
+
+def compare_server_default(
+    context: object,
+    inspected_column: object,
+    metadata_column: object,
+    inspected_default: str | None,
+    metadata_default: object,
+    rendered_metadata_default: str | None,
+) -> bool | None:
+    """Alembic's ``compare_server_default`` hook: ``exchanges.stored_seq`` has its default (the
+    transaction id) on PostgreSQL only, set by migration 0006 (``observer.store.stored``), which
+    a model cannot declare per engine; every other column is compared as usual (``None``)."""
+    table = getattr(getattr(metadata_column, "table", None), "name", None)
+    if table == "exchanges" and getattr(metadata_column, "name", None) == "stored_seq":
+        return False
+    return None
 
 
 def upgrade(url: str, revision: str = "head") -> None:

@@ -104,6 +104,9 @@ Label = Annotated[str, mapped_column(String(64))]
 BigCount = Annotated[int, mapped_column(BigInteger)]
 
 
+#: Columns filtered by equality whose index is (column, started_at, id): the API's list order.
+FILTER_INDEXED = ("host", "end_user", "model", "request_model", "dialect", "outcome", "stop_reason", "conversation_id")
+
 #: The partition key of the exchange tables on PostgreSQL (``observer.store.partitions``).
 PARTITION_BY = "RANGE (started_at)"
 
@@ -125,6 +128,13 @@ class ExchangeRow(Base):
         # One record per (writer, seq): the journal's numbering, so a replay never duplicates
         # (with started_at: the partition key; a record's started_at never changes).
         Index("ux_exchanges_writer_id_seq", "writer_id", "seq", "started_at", unique=True),
+        # The API's filters (observer.store.query): each equality filter's first page is a range
+        # of one index, already in page order.
+        *(Index(f"ix_exchanges_{c}_started_at_id", c, "started_at", "id") for c in FILTER_INDEXED),
+        Index("ix_exchanges_request_id", "request_id"),
+        Index("ix_exchanges_continuation_hash", "continuation_hash"),
+        # recorded_after: the order records were stored in (observer.store.stored).
+        Index("ix_exchanges_stored_seq_id", "stored_seq", "id"),
         {
             "comment": "One row per observed LLM exchange (request + streamed response).",
             "postgresql_partition_by": PARTITION_BY,
@@ -134,7 +144,7 @@ class ExchangeRow(Base):
     id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Record id (UUID) assigned by the observer")
     dialect: Mapped[Label] = mapped_column(comment="Wire dialect that decoded the stream")
     scheme: Mapped[str] = mapped_column(String(16), comment="url.scheme")
-    host: Mapped[str] = mapped_column(index=True, comment="server.address")
+    host: Mapped[str] = mapped_column(comment="server.address")
     port: Mapped[int | None] = mapped_column(comment="server.port")
     path: Mapped[str] = mapped_column(comment="url.path")
     method: Mapped[str] = mapped_column(comment="http.request.method")
@@ -149,8 +159,8 @@ class ExchangeRow(Base):
     )
     request_id: Mapped[str | None] = mapped_column(comment="Request id carried by the stream")
     request_model: Mapped[str | None] = mapped_column(comment="gen_ai.request.model")
-    end_user: Mapped[str | None] = mapped_column(index=True, comment="enduser.id (as the request carried it)")
-    model: Mapped[str | None] = mapped_column(index=True, comment="gen_ai.response.model")
+    end_user: Mapped[str | None] = mapped_column(comment="enduser.id (as the request carried it)")
+    model: Mapped[str | None] = mapped_column(comment="gen_ai.response.model")
     input_tokens: Mapped[BigCount | None] = mapped_column(comment="gen_ai.usage.input_tokens")
     output_tokens: Mapped[BigCount | None] = mapped_column(comment="gen_ai.usage.output_tokens")
     usage_reported: Mapped[bool] = mapped_column(comment="A usage event was seen (counts may be null)")
@@ -160,7 +170,7 @@ class ExchangeRow(Base):
     error_reported: Mapped[bool] = mapped_column(comment="The stream carried an error event (code/message may be null)")
     error_code: Mapped[str | None] = mapped_column(comment="error.type")
     error_message: Mapped[str | None] = mapped_column(comment="Error message carried by the stream")
-    outcome: Mapped[str] = mapped_column(String(32), index=True, comment="completed, error, client_aborted, ...")
+    outcome: Mapped[str] = mapped_column(String(32), comment="completed, error, client_aborted, ...")
     response_body: Mapped[str | None] = mapped_column(comment="Capped body of a non-2xx answer")
     transport_error: Mapped[str | None] = mapped_column(comment="Proxy error when the connection failed")
     response_bytes: Mapped[BigCount] = mapped_column(comment="Response body bytes seen on the wire")
@@ -175,6 +185,15 @@ class ExchangeRow(Base):
     seq: Mapped[BigCount | None] = mapped_column(comment="The record's number in its writer's journal (1, 2, ...)")
     record_hash: Mapped[str | None] = mapped_column(
         String(64), comment="Chain hash (hex) over this record and its writer's previous entry (observer.store.chain)"
+    )
+    stored_seq: Mapped[BigCount | None] = mapped_column(
+        comment="Order of storing (observer.store.stored): a counter on SQLite, the transaction id on PostgreSQL"
+    )
+    conversation_id: Mapped[RecordId | None] = mapped_column(
+        comment="gen_ai.conversation.id: the first exchange of its conversation (derived, not chained)"
+    )
+    continuation_hash: Mapped[str | None] = mapped_column(
+        String(64), comment="Hash of the request's messages and this answer (observer.conversation)"
     )
 
     blocks: Mapped[list[BlockRow]] = relationship(
@@ -231,7 +250,7 @@ class ToolCallRow(ChildRow, Base):
 
     index: Mapped[BigCount | None] = mapped_column(comment="Tool call index as on the wire")
     call_id: Mapped[str | None] = mapped_column(comment="gen_ai.tool.call.id")
-    name: Mapped[str | None] = mapped_column(comment="gen_ai.tool.name")
+    name: Mapped[str | None] = mapped_column(index=True, comment="gen_ai.tool.name")
     arguments: Mapped[str] = mapped_column(comment="gen_ai.tool.call.arguments, exactly as streamed")
     declared: Mapped[bool] = mapped_column(comment="Name was among the request's declared tools")
 
@@ -368,3 +387,99 @@ class PurgedRunRow(Base):
     last_seq: Mapped[BigCount]
     last_hash: Mapped[str] = mapped_column(String(64), comment="record_hash of entry last_seq (hex)")
     event_seq: Mapped[BigCount] = mapped_column(comment="The purge's store event")
+
+
+class ApiTokenRow(Base):
+    """A token of the query API (``observer.api.tokens``): its role and a SHA-256 of the token,
+    never the token itself. Rows are never deleted: a revoked token keeps its name, so the
+    access log's principals stay resolvable."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = {"comment": "API tokens: name, role, SHA-256 of the token, who made and revoked them."}
+
+    id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Token id (UUID)")
+    name: Mapped[str] = mapped_column(unique=True, comment="The principal the access log names")
+    role: Mapped[str] = mapped_column(String(16), comment="viewer, auditor, responder or admin")
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True, comment="SHA-256 of the token (hex)")
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None]
+
+
+class AccessLogRow(Base):
+    """One call of the query API, allowed or denied (``observer.api.access``), hash-chained as
+    the writer ``access_log_writer(store_id)`` (``observer.store.chain.canonical_access``) and
+    checkpointed like a writer's records."""
+
+    __tablename__ = "access_log"
+    __table_args__ = (
+        Index("ix_access_log_at", "at"),
+        Index("ix_access_log_principal_at", "principal", "at"),
+        {"comment": "Chained log of every API call: who, what, when, the answer."},
+    )
+
+    seq: Mapped[BigCount] = mapped_column(primary_key=True, autoincrement=False, comment="1, 2, ... in its chain")
+    at: Mapped[datetime] = mapped_column(comment="When the call was answered (UTC)")
+    principal: Mapped[str | None] = mapped_column(comment="Token name (bootstrap: the configured token); null: none")
+    role: Mapped[str | None] = mapped_column(String(16), comment="The principal's role; null when unauthenticated")
+    client: Mapped[str | None] = mapped_column(comment="client.address of the call")
+    method: Mapped[str] = mapped_column(String(16), comment="http.request.method")
+    endpoint: Mapped[str] = mapped_column(comment="http.route (the route template), or the path when none matched")
+    path: Mapped[str] = mapped_column(comment="url.path as requested (capped)")
+    params: Mapped[dict[str, Any]] = mapped_column(comment="Query, path and body parameters (capped)")
+    status: Mapped[int] = mapped_column(comment="http.response.status_code")
+    rows: Mapped[BigCount | None] = mapped_column(comment="Rows returned; null when the call returns none")
+    ids: Mapped[list[str] | None] = mapped_column(JSONType, comment="Ids of the records returned or changed")
+    record_hash: Mapped[str] = mapped_column(String(64), comment="Chain hash (hex), as for a record")
+
+
+class IncidentRow(Base):
+    """A (serious) incident under review (EU AI Act Art. 73; ``observer.store.incidents``): its
+    current state. Notes are append-only rows of ``incident_notes``; linked exchanges are under
+    the incident's legal hold."""
+
+    __tablename__ = "incidents"
+    __table_args__ = {"comment": "Incidents: category, awareness time, status; the report deadline derives from them."}
+
+    id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Incident id (UUID)")
+    title: Mapped[str]
+    category: Mapped[str] = mapped_column(String(64), comment="observer.store.incidents.CATEGORIES")
+    aware_at: Mapped[datetime] = mapped_column(comment="When the deployer became aware (Art. 73(2))")
+    status: Mapped[str] = mapped_column(String(32), comment="open, reported or closed")
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str]
+    hold_id: Mapped[RecordId | None] = mapped_column(comment="The legal hold of its linked exchanges")
+
+
+class IncidentNoteRow(Base):
+    """One note of an incident, append-only (never updated or deleted)."""
+
+    __tablename__ = "incident_notes"
+    __table_args__ = (
+        ForeignKeyConstraint(["incident_id"], ["incidents.id"]),
+        {"comment": "Append-only notes of incidents."},
+    )
+
+    incident_id: Mapped[RecordId] = mapped_column(primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False, comment="1, 2, ...")
+    at: Mapped[datetime]
+    author: Mapped[str]
+    text: Mapped[str]
+
+
+class IncidentExchangeRow(Base):
+    """An exchange linked to an incident (by id: the record may be purged once released)."""
+
+    __tablename__ = "incident_exchanges"
+    __table_args__ = (
+        ForeignKeyConstraint(["incident_id"], ["incidents.id"]),
+        {"comment": "Exchanges linked to incidents."},
+    )
+
+    incident_id: Mapped[RecordId] = mapped_column(primary_key=True)
+    exchange_id: Mapped[RecordId] = mapped_column(primary_key=True)
+    linked_at: Mapped[datetime]
+    linked_by: Mapped[str]

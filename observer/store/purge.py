@@ -39,7 +39,7 @@ from sqlalchemy import exc as sa_exc
 
 from observer.errors import ObserverError
 from observer.shape import parse_rfc3339, rfc3339
-from observer.store import partitions
+from observer.store import partitions, search
 from observer.store.chain import runs_digest
 from observer.store.checkpoint import CheckpointKey
 from observer.store.events import append_event, lock
@@ -177,7 +177,10 @@ def purge(
                 by_seq = delete(ex).where(
                     ex.c.writer_id == bindparam("w"), ex.c.seq >= bindparam("a"), ex.c.seq <= bindparam("b")
                 )
-                conn.execute(by_seq, [{"w": w, "a": a, "b": b} for w, a, b, _h in result.runs])
+                runs = [{"w": w, "a": a, "b": b} for w, a, b, _h in result.runs]
+                if not postgres:
+                    search.unindex_sqlite(conn, by_seq.whereclause, runs)  # type: ignore[arg-type]
+                conn.execute(by_seq, runs)
                 conn.execute(
                     insert(PurgedRunRow.__table__),
                     [
@@ -186,6 +189,8 @@ def purge(
                     ],
                 )
             if result.unchained:
+                if not postgres:
+                    search.unindex_sqlite(conn, ex.c.writer_id.is_(None) & due)
                 conn.execute(delete(ex).where(ex.c.writer_id.is_(None), due))
             result.event = event
     except sa_exc.OperationalError as exc:

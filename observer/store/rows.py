@@ -49,7 +49,7 @@ FLATTENED: dict[str, str] = {
 }
 
 #: Keys of a ``GET /v1/exchanges`` item, in order: record keys (a flattened record rebuilt from
-#: its columns) and the copied column ``end_user``.
+#: its columns), the copied column ``end_user`` and the store's ``conversation_id``.
 SUMMARY_KEYS: tuple[str, ...] = (
     "id",
     "dialect",
@@ -72,12 +72,14 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "outcome",
     "response_bytes",
     "events",
+    "conversation_id",
 )
 
 _CHILD_COLUMNS = ("exchange_id", "exchange_started_at", "position")  # columns of every child table that are not fields
-#: ``exchanges`` columns the store sets, not the record: the journal's numbering and the chain
-#: hash (``write_many``).
-JOURNAL_COLUMNS = ("writer_id", "seq", "record_hash")
+#: ``exchanges`` columns the store sets, not the record (``write_many``): the journal's
+#: numbering, the chain hash, the order of storing (``observer.store.stored``) and the
+#: conversation (``observer.conversation``).
+JOURNAL_COLUMNS = ("writer_id", "seq", "record_hash", "stored_seq", "conversation_id", "continuation_hash")
 
 
 def _column_names(table: FromClause) -> set[str]:

@@ -29,12 +29,14 @@ from observer.errors import ObserverError
 from observer.jsontext import loads
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
+from observer.store import search
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.events import event_head
 from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
 from observer.store.partitions import Partitions
 from observer.store.portable import make_portable
 from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
+from observer.store.stored import reserve as reserve_stored_seq
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +147,19 @@ class AuditStore:
                     gap_rows = self._new_gaps(session, writer_id, gaps)
                     if chained:
                         self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
+                    sqlite = self._engine.dialect.name == "sqlite"
+                    if sqlite and exchanges:
+                        first = reserve_stored_seq(session.connection(), len(exchanges))
+                        for n, row in enumerate(exchanges):
+                            row["stored_seq"] = first + n
                     # Core inserts on the tables (the ORM's bulk insert would split the batch into one
                     # statement per run of rows with the same NULL columns).
                     tables = ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows))
                     for table, rows in tables:
                         if rows:
                             session.execute(insert(table), rows)
+                    if sqlite and exchanges:
+                        search.index_sqlite(session.connection(), first, first + len(exchanges) - 1)
                 break
             except sa_exc.IntegrityError as exc:
                 # A month's partition dropped by a purge since this store made it (a record
@@ -308,7 +317,8 @@ class AuditStore:
             return conn.scalar(query)
 
     def get(self, id: str) -> Item | None:  # noqa: A002 - the record's field name
-        """The record with this id as ``Exchange.to_dict()`` returns it, or ``None`` (also for an
+        """The record with this id as ``Exchange.to_dict()`` returns it plus the store's
+        ``conversation_id`` (``observer.conversation``), or ``None`` (also for an
         id no record can have: longer than a record id, or with a NUL, which PostgreSQL refuses
         in a query with an error, not an empty result)."""
         if len(id) > RECORD_ID_MAX or "\x00" in id:
@@ -324,7 +334,11 @@ class AuditStore:
         )
         with Session(self._engine) as session:
             row = session.scalars(stmt).first()
-            return None if row is None else exchange_from_row(row).to_dict()
+            if row is None:
+                return None
+            record = exchange_from_row(row).to_dict()
+            record["conversation_id"] = row.conversation_id
+            return record
 
     def ping(self) -> None:
         """Runs ``SELECT 1``; raises ``sqlalchemy.exc.SQLAlchemyError`` when unreachable."""

@@ -31,6 +31,11 @@ checkpoint naming a store event (``events`` line) must name one the store has, w
 writer's seqs inside a purged run are skipped: the chain goes on from the run's last hash, so a
 purge leaves a verifying chain, and a deletion that no purge event covers is still ``seq
 missing``.
+
+**The access log** (writer ``access_writer(store_id)``, ``observer.store.access``: who called
+the API) is recomputed whole; with keys, its checkpoints are checked as the store chain's (any
+trusted key), so a changed, deleted or inserted entry, or a deleted tail up to its last
+checkpoint, is a break. ``since``/``until`` do not narrow it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
 
 from observer.shape import parse_rfc3339
+from observer.store.access import access_writer
+from observer.store.access import chain_break as access_chain_break
+from observer.store.access import entries as access_entries
 from observer.store.chain import (
     GENESIS,
     canonical_gap,
@@ -85,12 +93,14 @@ class Report:
     """``verify``'s result: entries checked per writer, the time of each writer's last
     checkpoint (a deleted tail with its checkpoints shows as a silence since then), checkpoints
     checked, rows outside any chain, the breaks (first per writer) and warnings (not breaks);
-    ``purged``: entries skipped as purged, ``store_events``: events of the store's chain checked."""
+    ``purged``: entries skipped as purged, ``store_events``: events of the store's chain checked,
+    ``access_entries``: entries of the access log checked."""
 
     entries: dict[str, int] = field(default_factory=dict)
     store_id: str | None = None
     purged: int = 0
     store_events: int = 0
+    access_entries: int = 0
     last_checkpoint: dict[str, datetime] = field(default_factory=dict)
     checkpoints: int = 0
     unchained: int = 0
@@ -148,7 +158,8 @@ def verify(
             )
         )
     runs = _purged_runs(store)
-    writers = [w for w in store.writers() if w != store_id]
+    access = access_writer(store_id)
+    writers = [w for w in store.writers() if w not in (store_id, access)]
     plans = {w: _range(store, w, since, until) for w in writers}
     if total is not None:
         total(sum(stop - start + 1 for start, stop in plans.values() if stop >= start))
@@ -158,6 +169,9 @@ def verify(
     if not keys:
         report.warnings.append("no checkpoint key given: checkpoints were not checked")
     brk, event_hashes = _verify_store_chain(store, store_id, events, keys, runs, exported, report)
+    if brk is not None:
+        report.breaks.append(brk)
+    brk = _verify_access_log(store, store_id, keys, exported, report)
     if brk is not None:
         report.breaks.append(brk)
     for writer in writers:
@@ -187,7 +201,7 @@ def verify(
                 Break(cp["writer_id"], None, None, f"the export is of the store {cp['store_id']}, this is {store_id}")
             )
             break
-    for writer in sorted({cp["writer_id"] for cp in exported or ()} - set(writers) - {store_id}):
+    for writer in sorted({cp["writer_id"] for cp in exported or ()} - set(writers) - {store_id, access}):
         last = max((cp for cp in exported or () if cp["writer_id"] == writer), key=lambda cp: cp["number"])
         report.breaks.append(
             Break(
@@ -424,6 +438,43 @@ def _verify_store_chain(
     if brk is None and exported:
         brk = _check_exported(store_id, exported, checkpoints, len(events))
     return brk, heads
+
+
+def _verify_access_log(
+    store: AuditStore,
+    store_id: str,
+    keys: dict[str, Ed25519PublicKey],
+    exported: list[dict[str, Any]] | None,
+    report: Report,
+) -> Break | None:
+    """The access log's chain and checkpoints (``observer.store.access``): its first break."""
+    writer = access_writer(store_id)
+    checkpoints = store.checkpoints(writer)
+    if checkpoints:
+        report.last_checkpoint[writer] = checkpoints[-1]["created_at"]
+    heads: dict[int, str] = {}
+    with store.engine.connect() as conn:
+        broken, count = access_chain_break(access_entries(conn), writer, {c["seq"] for c in checkpoints}, heads)
+    report.access_entries = count
+    if broken is not None:
+        i, why = broken
+        reason = (
+            f"access log entry {i} missing (deleted)"
+            if why == "missing"
+            else f"hash mismatch: access log entry {i} was changed"
+        )
+        return Break(writer, i, None, reason)
+    brk = None
+    if keys:
+        brk = _check_checkpoints(writer, checkpoints, heads, keys, store_id, count, None, None, any_key=True)
+        report.checkpoints += len(checkpoints)
+        if brk is None and count and not checkpoints:
+            brk = Break(writer, 1, None, "the access log has no signed checkpoint (deleted, or written without a key)")
+    elif count:
+        report.warnings.append("the access log was not checked against signatures (no key given)")
+    if brk is None and exported:
+        brk = _check_exported(writer, exported, checkpoints, count)
+    return brk
 
 
 def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]]) -> Break | None:

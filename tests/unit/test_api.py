@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from observer.api import create_app
@@ -86,8 +85,9 @@ def test_get_returns_the_record(client: TestClient, records: list[Exchange]) -> 
     """GET /v1/exchanges/{id} is the record's to_dict(), big integers exact."""
     response = client.get("/v1/exchanges/ex-4", headers=AUTH)
     assert response.status_code == 200
-    assert response.json() == records[4].to_dict()
-    assert list(response.json()) == list(records[4].to_dict())
+    expected = {**records[4].to_dict(), "conversation_id": None, "content_withheld": False}
+    assert response.json() == expected
+    assert list(response.json()) == list(expected)
     assert '"seq":9007199254740993' in response.text.replace(" ", "")
     assert response.json()["started_at"] == "2025-06-01T09:00:04.000000Z"
 
@@ -160,16 +160,17 @@ def test_list_default_page_and_item(client: TestClient) -> None:
         "outcome": "completed",
         "response_bytes": 0,
         "events": 0,
+        "conversation_id": None,
     }
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=501", "limit=ten", "cursor=" + "A" * 513])
-def test_invalid_query_is_422(client: TestClient, query: str) -> None:
+def test_invalid_query_is_400(client: TestClient, query: str) -> None:
     """Validation errors use the shape, naming the parameter."""
     response = client.get(f"/v1/exchanges?{query}", headers=AUTH)
-    assert response.status_code == 422
+    assert response.status_code == 400
     error = _error(response)
-    assert error["code"] == "validation_error"
+    assert error["code"] == "invalid_parameter"
     assert error["message"].startswith("query." + query.split("=")[0])
 
 
@@ -197,23 +198,24 @@ def test_openapi_documents_the_endpoints(client: TestClient) -> None:
     assert client.get("/docs").status_code == 200
 
 
-class _DownStore:
-    def list(self, limit: int, cursor: str | None) -> Any:
-        raise sa.exc.OperationalError("SELECT", {}, ConnectionRefusedError("connection refused"))
+def test_store_down_is_503_and_bugs_are_500(store: AuditStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Database errors and unexpected exceptions still answer with the error shape; with the
+    database down nothing can be logged, so nothing is answered but 503."""
+    down = AuditStore("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
+    with TestClient(create_app(down, TOKEN), raise_server_exceptions=False) as client:
+        response = client.get("/v1/exchanges", headers=AUTH)
+    down.dispose()
+    assert response.status_code == 503
+    assert _error(response)["code"] in ("store_unavailable", "access_log_unavailable")
 
-    def get(self, id: str) -> Any:  # noqa: A002
+    def bug(id: str) -> Any:  # noqa: A002
         raise RuntimeError("bug")
 
-
-def test_store_down_is_503_and_bugs_are_500() -> None:
-    """Database errors and unexpected exceptions still answer with the error shape."""
-    with TestClient(create_app(_DownStore(), TOKEN), raise_server_exceptions=False) as client:  # type: ignore[arg-type]
-        down = client.get("/v1/exchanges", headers=AUTH)
-        assert down.status_code == 503
-        assert _error(down) == {"code": "store_unavailable", "message": "the audit store is unavailable"}
-        bug = client.get("/v1/exchanges/x", headers=AUTH)
-        assert bug.status_code == 500
-        assert _error(bug) == {"code": "internal_error", "message": "internal error"}
+    monkeypatch.setattr(store, "get", bug)
+    with TestClient(create_app(store, TOKEN), raise_server_exceptions=False) as client:
+        response = client.get("/v1/exchanges/x", headers=AUTH)
+    assert response.status_code == 500
+    assert _error(response) == {"code": "internal_error", "message": "internal error"}
 
 
 def test_empty_token_is_refused() -> None:

@@ -12,9 +12,15 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from observer.store.migrate import MIGRATIONS_DIR, downgrade, include_name, include_object, upgrade
+from observer.store.migrate import (
+    MIGRATIONS_DIR,
+    compare_server_default,
+    downgrade,
+    include_name,
+    include_object,
+    upgrade,
+)
 from observer.store.models import Base
-from observer.store.partitions import is_partition
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -30,6 +36,11 @@ TABLES = {
     "holds",
     "hold_records",
     "purged_runs",
+    "api_tokens",
+    "access_log",
+    "incidents",
+    "incident_notes",
+    "incident_exchanges",
 }
 
 
@@ -41,7 +52,7 @@ def _drift(url: str) -> list[object]:
                 conn,
                 opts={
                     "compare_type": True,
-                    "compare_server_default": True,
+                    "compare_server_default": compare_server_default,
                     "target_metadata": Base.metadata,
                     "include_name": include_name,
                     "include_object": include_object,
@@ -55,7 +66,7 @@ def _drift(url: str) -> list[object]:
 def _tables(url: str) -> set[str]:
     engine = sa.create_engine(url)
     try:
-        return {t for t in sa.inspect(engine).get_table_names() if not is_partition(t)}
+        return {t for t in sa.inspect(engine).get_table_names() if include_name(t, "table", {})}
     finally:
         engine.dispose()
 

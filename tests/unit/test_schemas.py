@@ -39,9 +39,21 @@ SCHEMA_OF: dict[type[Shaped], type[BaseModel]] = {
 }
 
 
+#: Content a viewer does not get (``observer.api.routers.exchanges.withhold_content``): null then.
+WITHHELD = {(Exchange, "text"), (Block, "text"), (ToolCall, "arguments"), (RequestFacts, "messages")}
+#: Keys the API adds after the record's own: the store's conversation link and the withholding flag.
+ADDED = {Exchange: ["conversation_id", "content_withheld"]}
+
+
 def expected_annotation(cls: type[Shaped], name: str) -> Any:
     """The JSON-side annotation of key ``name`` of ``cls``: times as strings, nested records as
-    their schema, everything else as the field (or derived property) declares it."""
+    their schema, withheld content nullable, everything else as the field (or derived property)
+    declares it."""
+    annotation = _annotation(cls, name)
+    return annotation | None if (cls, name) in WITHHELD else annotation
+
+
+def _annotation(cls: type[Shaped], name: str) -> Any:
     key = {k.name: k for k in keys(cls)}[name]
     if key.kind is Kind.DERIVED:
         return typing.get_type_hints(getattr(cls, name).fget)["return"]
@@ -59,8 +71,11 @@ def expected_annotation(cls: type[Shaped], name: str) -> Any:
 
 def mismatches(cls: type[Shaped], schema: type[BaseModel]) -> list[str]:
     """What ``schema`` lacks, has in excess, orders or types differently from ``cls.to_dict()``."""
+    added = ADDED.get(cls, [])
     want = [k.name for k in keys(cls)]
-    have = list(schema.model_fields)
+    have = [n for n in schema.model_fields if n not in added]
+    if list(schema.model_fields)[len(have) :] != added:
+        return [f"{schema.__name__} must end with the added keys {added}"]
     problems = [
         f"{schema.__name__} lacks {n!r}: add `{n}: {expected_annotation(cls, n)}`" for n in want if n not in have
     ]

@@ -1,0 +1,30 @@
+"""``/v1/stats``: exchange counts and token usage per model, day, user, dialect or host."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+
+from observer.api.access import note
+from observer.api.filters import FiltersDep
+from observer.api.routers import StoreDep
+from observer.api.schemas import StatsOut
+from observer.store import query
+
+router = APIRouter(prefix="/stats", tags=["stats"])
+
+
+@router.get("", response_model=StatsOut, summary="Counts and token usage, grouped")
+def get_stats(
+    request: Request,
+    store: StoreDep,
+    filters: FiltersDep,
+    group_by: Annotated[Literal["model", "day", "user", "dialect", "host"], Query(description="What to group by")],
+) -> dict[str, Any]:
+    """Per group: exchanges, input and output tokens (sums of what was reported) and how many
+    exchanges reported no usage (their tokens are unknown, not 0), over the records matching
+    the filters. ``day`` is the UTC date of ``started_at``."""
+    groups = query.stats(store.engine, group_by, filters)
+    note(request, rows=len(groups))
+    return {"group_by": group_by, "filters": filters.given(), "groups": groups}

@@ -1,0 +1,232 @@
+"""Filtered reads of the exchanges: the API's list, its stored-order feed and statistics.
+
+``Filters`` holds what ``GET /v1/exchanges`` and ``GET /v1/stats`` accept; ``where`` turns it
+into SQL conditions, the same on SQLite and PostgreSQL (search: ``observer.store.search``).
+Equality filters compare exactly (case-sensitive, as stored); ``since`` is inclusive and
+``until`` exclusive on ``started_at``; ``tool`` and ``violation`` match a record with at least one
+such tool call name / violation kind. Pages:
+
+- ``page``: newest first by ``(started_at, id)``, keyset-paginated by an opaque cursor, so
+  records stored meanwhile never shift a page (a record stored later with an older
+  ``started_at`` lands behind the reader: use ``feed`` to see every record);
+- ``feed``: oldest stored first by ``(stored_seq, id)`` after a position
+  (``observer.store.stored``): every record exactly once, late ones included.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, case, exists, func, literal, select, tuple_
+from sqlalchemy.sql.elements import ColumnElement
+
+from observer.shape import rfc3339
+from observer.store import search
+from observer.store.models import ExchangeRow, ToolCallRow, ViolationRow
+from observer.store.rows import SUMMARY_COLUMNS, summary_from_row
+from observer.store.store import CURSOR_MAX_CHARS, LIST_LIMIT_MAX, InvalidCursor, decode_cursor, encode_cursor
+from observer.store.stored import horizon
+
+Item = dict[str, Any]
+#: Equality filters: filter name -> ``exchanges`` column.
+COLUMN_FILTERS = {
+    "model": "model",
+    "request_model": "request_model",
+    "dialect": "dialect",
+    "host": "host",
+    "user": "end_user",
+    "outcome": "outcome",
+    "stop_reason": "stop_reason",
+    "request_id": "request_id",
+    "conversation_id": "conversation_id",
+}
+#: ``stats`` groupings: name -> what it groups by.
+GROUP_BY = ("model", "day", "user", "dialect", "host")
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The conditions of a read (``None``: not filtered)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    model: str | None = None
+    request_model: str | None = None
+    dialect: str | None = None
+    host: str | None = None
+    user: str | None = None
+    outcome: str | None = None
+    stop_reason: str | None = None
+    request_id: str | None = None
+    conversation_id: str | None = None
+    tool: str | None = None
+    violation: str | None = None
+    q: str | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The filters set, by name (times as RFC 3339)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = rfc3339(value) if isinstance(value, datetime) else value
+        return out
+
+
+def where(filters: Filters, dialect: str) -> list[ColumnElement[bool]]:
+    """The SQL conditions of ``filters`` on ``exchanges``. Raises ``ValueError`` for a ``q``
+    without a word (``observer.store.search.words``)."""
+    ex = ExchangeRow.__table__
+    conds: list[ColumnElement[bool]] = []
+    if filters.since is not None:
+        conds.append(ex.c.started_at >= filters.since)
+    if filters.until is not None:
+        conds.append(ex.c.started_at < filters.until)
+    for name, column in COLUMN_FILTERS.items():
+        value = getattr(filters, name)
+        if value is not None:
+            conds.append(ex.c[column] == value)
+    if filters.tool is not None:
+        tc = ToolCallRow.__table__
+        conds.append(
+            exists().where(
+                tc.c.exchange_id == ex.c.id, tc.c.exchange_started_at == ex.c.started_at, tc.c.name == filters.tool
+            )
+        )
+    if filters.violation is not None:
+        vt = ViolationRow.__table__
+        conds.append(
+            exists().where(
+                vt.c.exchange_id == ex.c.id, vt.c.exchange_started_at == ex.c.started_at, vt.c.kind == filters.violation
+            )
+        )
+    if filters.q is not None:
+        conds.append(search.condition(dialect, filters.q, ex.c.stored_seq))
+    return conds
+
+
+def page(engine: Engine, filters: Filters, limit: int = 50, cursor: str | None = None) -> tuple[list[Item], str | None]:
+    """A page of summaries newest first and the next page's cursor (``None`` on the last).
+    Raises ``InvalidCursor`` for a cursor this store did not issue, ``ValueError`` for a limit
+    outside 1..``LIST_LIMIT_MAX`` or a bad ``q``."""
+    _check_limit(limit)
+    ex = ExchangeRow.__table__
+    stmt = select(*SUMMARY_COLUMNS).where(*where(filters, engine.dialect.name))
+    if cursor is not None:
+        started_at, last_id = decode_cursor(cursor)
+        stmt = stmt.where(tuple_(ex.c.started_at, ex.c.id) < tuple_(started_at, last_id))
+    stmt = stmt.order_by(ex.c.started_at.desc(), ex.c.id.desc()).limit(limit + 1)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    items = [summary_from_row(r._mapping) for r in rows[:limit]]
+    next_cursor = encode_cursor(rows[limit - 1].started_at, rows[limit - 1].id) if len(rows) > limit else None
+    return items, next_cursor
+
+
+#: The position before every record (``recorded_after=0``).
+START = "0"
+
+
+def feed(engine: Engine, filters: Filters, after: str, limit: int = 50) -> tuple[list[Item], str]:
+    """Summaries in the order they were stored, after the position ``after`` (``START``, or a
+    position this returned), and the position after the last one (``after`` itself when none):
+    poll with it to get each record exactly once. Raises ``InvalidCursor`` for a position this
+    store did not issue, ``ValueError`` as ``page``."""
+    _check_limit(limit)
+    ex = ExchangeRow.__table__
+    key, last_id = decode_position(after)
+    stmt = select(*SUMMARY_COLUMNS, ex.c.stored_seq).where(*where(filters, engine.dialect.name))
+    stmt = stmt.where(tuple_(ex.c.stored_seq, ex.c.id) > tuple_(key, last_id))
+    with engine.connect() as conn:
+        bound = horizon(conn)
+        if bound is not None:
+            stmt = stmt.where(ex.c.stored_seq < bound)
+        rows = conn.execute(stmt.order_by(ex.c.stored_seq, ex.c.id).limit(limit)).all()
+    items = [summary_from_row(r._mapping) for r in rows]
+    position = encode_position(rows[-1].stored_seq, rows[-1].id) if rows else after
+    return items, position
+
+
+def encode_position(key: int, id: str) -> str:  # noqa: A002
+    """Opaque feed position: unpadded urlsafe base64 of the JSON ``[stored_seq, id]``."""
+    raw = json.dumps([key, id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_position(position: str) -> tuple[int, str]:
+    """Inverse of ``encode_position``; ``START`` is before everything. Raises ``InvalidCursor``."""
+    if position == START:
+        return -1, ""
+    try:
+        if len(position) > CURSOR_MAX_CHARS:
+            raise ValueError("too long")
+        decoded = json.loads(base64.urlsafe_b64decode(position + "=" * (-len(position) % 4)))
+        if not (
+            isinstance(decoded, list)
+            and len(decoded) == 2
+            and type(decoded[0]) is int
+            and -1 <= decoded[0] < 2**63
+            and isinstance(decoded[1], str)
+        ):
+            raise TypeError("a position is [int, str]")
+        return decoded[0], decoded[1]
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InvalidCursor(f"invalid position: {position[:40]!r}") from exc
+
+
+def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
+    """Per group (``GROUP_BY``): ``exchanges``, ``input_tokens`` and ``output_tokens`` (sums of
+    what was reported; 0 when none was), ``usage_not_reported`` (exchanges without a usage
+    event), ordered by the group's key (``day``: ``YYYY-MM-DD`` UTC of ``started_at``); a
+    group key may be ``null`` (no model, no user). Raises ``ValueError`` for another
+    ``group_by`` or a bad ``q``."""
+    ex = ExchangeRow.__table__
+    if group_by not in GROUP_BY:
+        raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
+    if group_by == "day":
+        if engine.dialect.name == "sqlite":
+            key: ColumnElement[Any] = func.substr(ex.c.started_at, 1, 10)
+        else:
+            key = func.to_char(func.timezone("UTC", ex.c.started_at), "YYYY-MM-DD")
+    else:
+        key = ex.c[COLUMN_FILTERS[group_by]]
+    key = key.label("key")
+    stmt = (
+        select(
+            key,
+            func.count().label("exchanges"),
+            func.coalesce(func.sum(ex.c.input_tokens), 0).label("input_tokens"),
+            func.coalesce(func.sum(ex.c.output_tokens), 0).label("output_tokens"),
+            func.coalesce(func.sum(case((ex.c.usage_reported, literal(0)), else_=literal(1))), 0).label(
+                "usage_not_reported"
+            ),
+        )
+        .where(and_(literal(True), *where(filters, engine.dialect.name)))
+        .group_by(key)
+        .order_by(key)
+    )
+    with engine.connect() as conn:
+        return [
+            {
+                group_by: r.key,
+                "exchanges": r.exchanges,
+                "input_tokens": int(r.input_tokens),
+                "output_tokens": int(r.output_tokens),
+                "usage_not_reported": int(r.usage_not_reported),
+            }
+            for r in conn.execute(stmt)
+        ]
+
+
+def _check_limit(limit: int) -> None:
+    if not 1 <= limit <= LIST_LIMIT_MAX:
+        raise ValueError(f"limit must be within 1..{LIST_LIMIT_MAX}, not {limit}")
+
+
+__all__: Sequence[str] = ("COLUMN_FILTERS", "GROUP_BY", "START", "Filters", "feed", "page", "stats", "where")
