@@ -190,7 +190,7 @@ def api(
     """Serve the query API only (token from env OBSERVER_API_TOKEN or the data folder)."""
     import uvicorn
 
-    from observer.api.app import create_app
+    from observer.api.app import ApiOptions, create_app
     from observer.store.store import AuditStore
     from observer.token import resolve_token
 
@@ -199,8 +199,13 @@ def api(
     _check_url(settings.db)
     token = resolve_token(settings)
     key = _api_key(settings)
+    options = ApiOptions(
+        exports_dir=settings.data_dir / "exports",
+        retention_days=settings.retention_days,
+        retention_override=settings.retention_override,
+    )
     uvicorn.run(
-        create_app(AuditStore(settings.db), token, key),
+        create_app(AuditStore(settings.db), token, key, options),
         host=settings.api_host,
         port=settings.api_port,
         log_level="warning",

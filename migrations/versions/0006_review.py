@@ -101,7 +101,6 @@ def upgrade() -> None:
         sa.Column("created_by", sa.Text(), nullable=False),
         _time("updated_at"),
         sa.Column("updated_by", sa.Text(), nullable=False),
-        _id("hold_id", True, "The legal hold of its linked exchanges"),
         sa.PrimaryKeyConstraint("id", name="pk_incidents"),
         comment="Incidents: category, awareness time, status; the report deadline derives from them.",
     )
@@ -122,6 +121,7 @@ def upgrade() -> None:
         _id("exchange_id"),
         _time("linked_at"),
         sa.Column("linked_by", sa.Text(), nullable=False),
+        _id("hold_id", comment="The legal hold made when it was linked"),
         sa.ForeignKeyConstraint(["incident_id"], ["incidents.id"], name="fk_incident_exchanges_incident_id_incidents"),
         sa.PrimaryKeyConstraint("incident_id", "exchange_id", name="pk_incident_exchanges"),
         comment="Exchanges linked to incidents.",

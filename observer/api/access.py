@@ -152,13 +152,25 @@ def _entry(scope: Scope, auth: Authentication, status: int) -> access.Entry:
         role=principal.role if principal is not None else None,
         client=None if not client else str(client[0]),
         method=str(scope.get("method", ""))[:16],
-        endpoint=getattr(route, "path", None) or _cap(path, PATH_CHARS),
+        endpoint=_template(path, getattr(route, "path", None)),
         path=_cap(path, PATH_CHARS),
         params=params,
         status=status,
         rows=state.get("audit_rows"),
         ids=None if ids is None else [str(i) for i in ids[:IDS_MAX]],
     )
+
+
+def _template(path: str, route_path: str | None) -> str:
+    """The matched route's full template (``http.route``): a route of an included router knows
+    its path below the prefixes only (``/exchanges/{exchange_id}``), so the prefix is taken
+    from the request path, as many segments as the two differ by (path parameters hold no
+    ``/``: no route uses the ``path`` converter). The capped path when no route matched."""
+    if not route_path:
+        return _cap(path, PATH_CHARS)
+    parts = path.split("/")
+    keep = len(parts) - route_path.count("/")
+    return "/".join(parts[:keep]) + route_path if keep >= 1 else route_path
 
 
 def _query(raw: bytes) -> dict[str, Any]:

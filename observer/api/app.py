@@ -12,8 +12,11 @@ validation errors (400 ``invalid_parameter``) included, has the one shape ``{"er
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from http import HTTPStatus
+from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import APIRouter, Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -24,9 +27,11 @@ from observer import __version__
 from observer.api.access import AccessLog
 from observer.api.auth import require
 from observer.api.errors import error_response
+from observer.api.exportjobs import ExportJobs
 from observer.api.params import strict_query
-from observer.api.routers import access_log, exchanges, stats
+from observer.api.routers import access_log, exchanges, exports, holds, incidents, retention, stats
 from observer.api.schemas import ErrorResponse, Health, Readiness
+from observer.config import MIN_RETENTION_DAYS
 from observer.errors import ConfigError
 from observer.store.checkpoint import CheckpointKey
 from observer.store.store import AuditStore, InvalidCursor
@@ -38,7 +43,22 @@ _ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-def create_app(store: AuditStore, token: str, key: CheckpointKey | None = None) -> FastAPI:
+@dataclass(frozen=True, slots=True)
+class ApiOptions:
+    """What the API needs besides the store: ``exports_dir`` (export jobs' folders; ``None``:
+    no exports over the API), the retention policy (``retention_days``, ``retention_override``:
+    as ``observer purge`` reads them) and the ``trusted`` public keys a purge verifies other
+    writers' checkpoints with."""
+
+    exports_dir: Path | None = None
+    retention_days: int = MIN_RETENTION_DAYS
+    retention_override: bool = False
+    trusted: tuple[Ed25519PublicKey, ...] = ()
+
+
+def create_app(
+    store: AuditStore, token: str, key: CheckpointKey | None = None, options: ApiOptions | None = None
+) -> FastAPI:
     """The FastAPI app serving ``store``. ``token``: the bootstrap token (role ``admin``; other
     principals are the store's tokens, ``observer.store.tokens``); ``key``: signs the access
     log's checkpoints and the store events the API appends (holds, incidents); ``None``: no
@@ -55,6 +75,10 @@ def create_app(store: AuditStore, token: str, key: CheckpointKey | None = None) 
     )
     app.state.store = store
     app.state.key = key
+    app.state.options = options = options or ApiOptions()
+    app.state.exports = (
+        None if key is None or options.exports_dir is None else ExportJobs(store, key, options.exports_dir)
+    )
     app.add_middleware(AccessLog, store=store, bootstrap=token.encode("utf-8", "surrogatepass"), key=key)
 
     @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness (no auth)")
@@ -85,8 +109,9 @@ def create_app(store: AuditStore, token: str, key: CheckpointKey | None = None) 
         dependencies=[Depends(require("metadata")), Depends(strict_query)],
         responses=_ERROR_RESPONSES,
     )
-    for router in (exchanges.router, stats.router, access_log.router):
-        v1.include_router(router)
+    routers = (exchanges, stats, incidents, holds, exports, retention, access_log)
+    for module in routers:
+        v1.include_router(module.router)
     app.include_router(v1)
 
     _install_error_handlers(app)

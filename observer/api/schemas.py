@@ -206,3 +206,104 @@ class AccessLogEntry(_Schema):
 class AccessLogPage(_Schema):
     items: list[AccessLogEntry]
     next_before_seq: int | None = Field(description="Pass as ?before_seq= for the next page; null on the last page")
+
+
+class IncidentSummary(_Schema):
+    """An incident (``observer.store.incidents``) without its notes and exchanges."""
+
+    id: str
+    title: str
+    category: str = Field(examples=["serious_harm_to_health"])
+    status: str = Field(examples=["open"])
+    aware_at: str = Field(json_schema_extra=_TIME)
+    deadline: str | None = Field(
+        json_schema_extra=_TIME, description="Report deadline: aware_at + 2, 10 or 15 days (Art. 73); null: none"
+    )
+    created_at: str = Field(json_schema_extra=_TIME)
+    created_by: str
+    updated_at: str = Field(json_schema_extra=_TIME)
+    updated_by: str
+
+
+class IncidentNoteOut(_Schema):
+    position: int
+    at: str = Field(json_schema_extra=_TIME)
+    author: str
+    text: str
+
+
+class IncidentLinkOut(_Schema):
+    exchange_id: str
+    linked_at: str = Field(json_schema_extra=_TIME)
+    linked_by: str
+    hold_id: str = Field(description="The legal hold it was put under when linked")
+
+
+class IncidentOut(IncidentSummary):
+    notes: list[IncidentNoteOut]
+    exchanges: list[IncidentLinkOut]
+
+
+class HoldScopeOut(_Schema):
+    since: str | None
+    until: str | None
+    user: str | None
+    host: str | None
+    exchange_ids: list[str] | None
+
+
+class HoldOut(_Schema):
+    """A legal hold (``observer.store.holds``)."""
+
+    id: str
+    reason: str
+    created_at: str = Field(json_schema_extra=_TIME)
+    created_by: str
+    scope: HoldScopeOut
+    released_at: str | None = Field(json_schema_extra=_TIME)
+    released_by: str | None
+    release_reason: str | None
+
+
+class ExportFileOut(_Schema):
+    name: str
+    holds: str | None
+    rows: int | None
+    bytes: int | None
+    sha256: str | None
+
+
+class ExportJobOut(_Schema):
+    """An export job (``observer.api.exportjobs``): running, done, failed or incomplete."""
+
+    id: str
+    status: str = Field(examples=["running"])
+    format: str
+    filter: dict[str, Any]
+    created_at: str = Field(json_schema_extra=_TIME)
+    created_by: str
+    total: int | None = Field(description="Records to export (known once counted)")
+    done: int = Field(description="Records written so far")
+    records: int | None = Field(description="Records in the finished export (its manifest)")
+    error: str | None
+    files: list[ExportFileOut] = Field(description="Download each at /v1/exports/{id}/files/{name}")
+
+
+class RetentionOut(_Schema):
+    retention_days: int
+    retention_override: bool
+    cutoff: str = Field(json_schema_extra=_TIME, description="Records started before it are past retention")
+    oldest_record: str | None = Field(json_schema_extra=_TIME)
+    due: int = Field(description="Past the cutoff and not held: a purge now removes them")
+    held: int = Field(description="Past the cutoff, kept for a legal hold")
+    active_holds: int
+
+
+class PurgeOut(_Schema):
+    dry_run: bool
+    cutoff: str = Field(json_schema_extra=_TIME)
+    records: int = Field(description="Removed (or, dry, that would be)")
+    held: int
+    by_writer: dict[str, int]
+    unchained: int
+    event_seq: int | None = Field(description="The purge's store event; null when dry")

@@ -39,6 +39,7 @@ from sqlalchemy import select
 
 from observer.errors import ObserverError
 from observer.shape import rfc3339
+from observer.store.access import access_writer
 from observer.store.checkpoint import CheckpointKey, public_pem
 from observer.store.exportfiles import FORMATS, FileEntry, parquet_available
 from observer.store.exportjobs import JobError, plan, run
@@ -130,7 +131,8 @@ def export(
                 " vouch for the changed records): " + "; ".join(b.line() for b in report.breaks)
             )
     store_id = store.store_id()
-    all_writers = [w for w in store.writers() if w != store_id]  # (the store's own chain holds no records)
+    # (the store's own chain and the access log hold no records)
+    all_writers = [w for w in store.writers() if w not in (store_id, access_writer(store_id))]
     unknown = sorted(set(f.writers) - set(all_writers))
     if unknown:
         raise ExportError(f"no writer {', '.join(unknown)} in this store")

@@ -113,27 +113,28 @@ def create_hold(
 ) -> dict[str, Any]:
     """Makes a hold (a ``hold_created`` event and its ``holds`` row, one transaction); returns
     the row. Raises ``HoldError`` for a blank reason or actor, ``ConcurrentChange`` (events)."""
+    with engine.begin() as conn:
+        lock(conn)
+        return create_hold_in(conn, key, store_id, scope, reason, actor, at)
+
+
+def create_hold_in(
+    conn: Connection, key: CheckpointKey, store_id: str, scope: Scope, reason: str, actor: str, at: datetime
+) -> dict[str, Any]:
+    """``create_hold`` inside the caller's transaction, which must have taken ``lock`` (an
+    incident links records and holds them in one transaction: ``observer.store.incidents``)."""
     _text("reason", reason)
     _text("actor", actor)
     hold_id = str(uuid.uuid4())
-    with engine.begin() as conn:
-        lock(conn)
-        event = append_event(
-            conn,
-            key,
-            store_id,
-            "hold_created",
-            actor,
-            {"hold_id": hold_id, "reason": reason, "scope": scope.to_detail()},
-            at,
+    detail = {"hold_id": hold_id, "reason": reason, "scope": scope.to_detail()}
+    event = append_event(conn, key, store_id, "hold_created", actor, detail, at)
+    row = _created_row(event)
+    conn.execute(insert(HoldRow.__table__), [row])
+    if scope.exchange_ids is not None:
+        conn.execute(
+            insert(HoldRecordRow.__table__),
+            [{"hold_id": hold_id, "exchange_id": i} for i in dict.fromkeys(scope.exchange_ids)],
         )
-        row = _created_row(event)
-        conn.execute(insert(HoldRow.__table__), [row])
-        if scope.exchange_ids is not None:
-            conn.execute(
-                insert(HoldRecordRow.__table__),
-                [{"hold_id": hold_id, "exchange_id": i} for i in dict.fromkeys(scope.exchange_ids)],
-            )
     return row
 
 

@@ -436,8 +436,8 @@ class AccessLogRow(Base):
 
 class IncidentRow(Base):
     """A (serious) incident under review (EU AI Act Art. 73; ``observer.store.incidents``): its
-    current state. Notes are append-only rows of ``incident_notes``; linked exchanges are under
-    the incident's legal hold."""
+    current state. Notes are append-only rows of ``incident_notes``; each linked exchange is
+    under the legal hold made when it was linked (``incident_exchanges.hold_id``)."""
 
     __tablename__ = "incidents"
     __table_args__ = {"comment": "Incidents: category, awareness time, status; the report deadline derives from them."}
@@ -451,7 +451,6 @@ class IncidentRow(Base):
     created_by: Mapped[str]
     updated_at: Mapped[datetime]
     updated_by: Mapped[str]
-    hold_id: Mapped[RecordId | None] = mapped_column(comment="The legal hold of its linked exchanges")
 
 
 class IncidentNoteRow(Base):
@@ -483,3 +482,4 @@ class IncidentExchangeRow(Base):
     exchange_id: Mapped[RecordId] = mapped_column(primary_key=True)
     linked_at: Mapped[datetime]
     linked_by: Mapped[str]
+    hold_id: Mapped[RecordId] = mapped_column(comment="The legal hold made when it was linked")
