@@ -47,6 +47,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from observer.conversation import CanonicalMessage, attachment, call, default_message, part_text, result
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import (
     Out,
@@ -137,6 +138,16 @@ class AnthropicDialect(DialectBase):
             violations.append(Violation(V.INVALID_REQUEST, None, "metadata is not an object"))
         return facts, violations
 
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        """The messages in canonical form (``observer.conversation``), the recorded leading
+        ``system`` message first: ``content`` a string or blocks — ``text`` blocks joined,
+        ``tool_use``/``server_tool_use`` as calls (``id``, ``name``, ``input``), ``tool_result``
+        as results (``tool_use_id``: the API makes clients echo it; text of its content),
+        ``image``/``document`` as attachments (``source``: ``data_bytes``, ``url``,
+        ``file_id``). Thinking blocks, signatures, ``cache_control``, citations and other block
+        types (server tool results the record does not hold) are left out."""
+        return [_history_message(m) for m in request.messages]
+
     def new_adapter(self, spec: ResponseSpec) -> AnthropicAdapter:
         return AnthropicAdapter()
 
@@ -176,6 +187,28 @@ def _messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
     elif messages is not None:
         violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
     return out
+
+
+def _history_message(m: Any) -> CanonicalMessage:
+    if not isinstance(m, dict):
+        return default_message(m)
+    role = m.get("role") if isinstance(m.get("role"), str) else ""
+    content = m.get("content")
+    if isinstance(content, str):
+        return CanonicalMessage(role, content)
+    texts, calls, results, attachments = [], [], [], []
+    for block in content if isinstance(content, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        text = part_text(block)
+        if text is not None:
+            texts.append(text)
+        elif kind in TOOL_BLOCKS:
+            calls.append(call(block.get("id"), block.get("name"), block.get("input")))
+        elif kind == "tool_result":
+            results.append(result(block.get("tool_use_id"), block.get("content") or ""))
+        elif kind in ("image", "document") and (found := attachment(block)) is not None:
+            attachments.append(found)
+    return CanonicalMessage(role, "".join(texts), tuple(calls), tuple(results), tuple(attachments))
 
 
 def strip_base64(value: Any) -> Any:

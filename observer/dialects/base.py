@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from observer.conversation import CanonicalMessage, default_messages, recorded_answer
 from observer.events import CanonicalEvent
-from observer.records import RequestFacts, Violation
+from observer.records import Exchange, RequestFacts, Violation
 from observer.response import ResponseSpec
 from observer.wire.frames import Framing
 
@@ -118,7 +119,17 @@ class StreamAdapter(Protocol):
 
 
 class Dialect(Protocol):
-    """One wire dialect. Implementations are stateless; per-response state lives in the adapter."""
+    """One wire dialect. Implementations are stateless; per-response state lives in the adapter.
+
+    Two optional methods (looked up with ``getattr`` by ``observer.conversation``; absent = its
+    defaults, which ``DialectBase`` also gives) map records onto canonical conversation messages:
+
+    - ``conversation_messages(request: RequestFacts) -> list[CanonicalMessage]``: the recorded
+      request (``messages`` as this dialect recorded them, plus whatever else of the request is
+      part of the conversation, e.g. a system prompt kept in ``parameters``) in canonical form.
+    - ``answer_message(exchange: Exchange) -> CanonicalMessage | None``: the record's answer as
+      this dialect's clients resend it, ``None`` when it cannot be continued (e.g. ``n > 1``).
+    """
 
     name: str
 
@@ -149,12 +160,20 @@ class Dialect(Protocol):
 class DialectBase:
     """Defaults for dialects: no response-header recognition; SSE for ``text/event-stream``, the
     whole body as one JSON message for JSON media types (``application/json``, ``*+json``),
-    unreadable otherwise."""
+    unreadable otherwise; the conversation mapping of ``observer.conversation``'s defaults
+    (``{"role", "content"}`` messages with OpenAI-style ``tool_calls``/``tool_call_id``; the
+    answer's text and tool calls, ids kept)."""
 
     name = "base"
 
     def matches_response(self, request: RequestView, response_headers: Mapping[str, str]) -> bool:
         return False
+
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        return default_messages(request.messages)
+
+    def answer_message(self, exchange: Exchange) -> CanonicalMessage | None:
+        return recorded_answer(exchange)
 
     def framing(self, spec: ResponseSpec) -> Framing | None:
         response_media_type = spec.media_type

@@ -85,6 +85,14 @@ from urllib.parse import unquote
 
 import orjson
 
+from observer.conversation import (
+    CanonicalAttachment,
+    CanonicalMessage,
+    call,
+    default_message,
+    recorded_answer,
+    result,
+)
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import Out, base64_decoded_size, load_request, read_tools
 from observer.events import (
@@ -96,7 +104,7 @@ from observer.events import (
     ToolCallEvent,
     UsageEvent,
 )
-from observer.records import RequestFacts, Violation, ViolationKind
+from observer.records import Exchange, RequestFacts, Violation, ViolationKind
 from observer.response import ResponseSpec
 from observer.wire.frames import Framing
 
@@ -168,6 +176,25 @@ class GeminiDialect(DialectBase):
     def new_adapter(self, spec: ResponseSpec) -> GeminiAdapter:
         return GeminiAdapter()
 
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        """The contents in canonical form (``observer.conversation``), the recorded leading
+        ``systemInstruction`` first: role ``model`` is ``assistant`` (an absent role ``user``);
+        ``text`` parts joined, except thought summaries (``thought: true``);
+        ``functionCall`` parts as calls (optional ``id``, ``name``, ``args``),
+        ``functionResponse`` parts as results (``id``, ``response`` as JSON); ``inlineData`` /
+        ``fileData`` as attachments (media type, ``data_bytes``, ``fileUri``). Snake-case
+        spellings are read too; ``thoughtSignature`` and other parts are left out. The SDK's
+        streamed history (one ``model`` content per chunk) merges into one assistant message."""
+        return [_history_content(c) for c in request.messages]
+
+    def answer_message(self, exchange: Exchange) -> CanonicalMessage | None:
+        """The default answer (text and tool calls), or ``None`` when the request asked for
+        more than one candidate (``candidateCount``): which one the client keeps is unknown."""
+        count = exchange.request.parameters.get("candidateCount", exchange.request.parameters.get("candidate_count"))
+        if isinstance(count, int) and count > 1:
+            return None
+        return recorded_answer(exchange)
+
 
 def path_model(path: str) -> str | None:
     """The model of a URL-decoded ``.../models/{model}:(stream)GenerateContent`` path, else
@@ -199,6 +226,44 @@ def _messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
     else:
         violations.append(Violation(V.INVALID_REQUEST, None, "contents is not an array"))
     return out
+
+
+def _history_content(c: Any) -> CanonicalMessage:
+    if not isinstance(c, dict):
+        return default_message(c)
+    role = c.get("role")
+    role = "assistant" if role == "model" else role if isinstance(role, str) else "user"
+    texts, calls, results, attachments = [], [], [], []
+    parts = c.get("parts")
+    for part in parts if isinstance(parts, list) else ():
+        if not isinstance(part, dict) or part.get("thought") is True:
+            continue
+        fn = _spelled(part, "functionCall", "function_call", dict)
+        response = _spelled(part, "functionResponse", "function_response", dict)
+        blob = _spelled(part, "inlineData", "inline_data", dict) or _spelled(part, "fileData", "file_data", dict)
+        if isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif fn is not None:
+            calls.append(call(fn.get("id"), fn.get("name"), fn.get("args")))
+        elif response is not None:
+            results.append(result(response.get("id"), response.get("response")))
+        elif blob is not None:
+            size = blob.get("data_bytes")
+            attachments.append(
+                CanonicalAttachment(
+                    _spelled(blob, "mimeType", "mime_type", str),
+                    size if isinstance(size, int) and not isinstance(size, bool) else None,
+                    _spelled(blob, "fileUri", "file_uri", str),
+                )
+            )
+    return CanonicalMessage(role, "".join(texts), tuple(calls), tuple(results), tuple(attachments))
+
+
+def _spelled(obj: dict[str, Any], camel: str, snake: str, kind: type) -> Any:
+    """``obj[camel]``, else ``obj[snake]`` (the API reads both spellings), if it is a ``kind``;
+    else ``None``."""
+    value = obj.get(camel, obj.get(snake))
+    return value if isinstance(value, kind) else None
 
 
 def _tools(doc: dict[str, Any], facts: RequestFacts, violations: list[Violation]) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from observer.conversation import CanonicalAttachment, CanonicalMessage, default_message, recorded_answer
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, check_messages, count, load_request
 from observer.dialects.vercel import is_ui_request, parse_ui_request
@@ -31,7 +32,7 @@ from observer.events import (
     ToolCallEvent,
     UsageEvent,
 )
-from observer.records import RequestFacts, Violation, ViolationKind
+from observer.records import Exchange, RequestFacts, Violation, ViolationKind
 from observer.response import ResponseSpec
 from observer.wire.frames import Framing
 
@@ -111,6 +112,22 @@ class OllamaDialect(DialectBase):
     def new_adapter(self, spec: ResponseSpec) -> OllamaAdapter:
         return OllamaAdapter()
 
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        """The messages in canonical form (``observer.conversation``): the default mapping
+        (``content``, ``tool_calls`` with object ``arguments``, a ``tool`` message's content as
+        its result) with every call id dropped (Ollama's ids are optional and its clients'
+        message types do not keep them), ``images`` as image attachments (``data_bytes``);
+        ``thinking`` and ``tool_name`` are left out."""
+        return [_history_message(m) for m in request.messages]
+
+    def answer_message(self, exchange: Exchange) -> CanonicalMessage | None:
+        """The default answer (text and tool calls, ids dropped); ``None`` for
+        ``/api/generate``, whose client continues with the returned ``context``, not by
+        resending messages."""
+        if exchange.path.split("?", 1)[0].rstrip("/").endswith("/api/generate"):
+            return None
+        return recorded_answer(exchange, keep_ids=False)
+
 
 def _typed(doc: dict[str, Any], key: str, kind: type, violations: list[Violation]) -> Any:
     """``doc[key]`` if it has type ``kind``; ``None`` if absent or null; else ``None`` and an
@@ -129,6 +146,19 @@ def _images(images: Any) -> Any:
     if not isinstance(images, list):
         return images
     return [{"data_bytes": base64_decoded_size(i)} if isinstance(i, str) else i for i in images]
+
+
+def _history_message(m: Any) -> CanonicalMessage:
+    message = default_message(m, keep_ids=False)
+    images = m.get("images") if isinstance(m, dict) else None
+    if not isinstance(images, list):
+        return message
+    found = tuple(
+        CanonicalAttachment("image", i.get("data_bytes") if isinstance(i.get("data_bytes"), int) else None)
+        for i in images
+        if isinstance(i, dict)
+    )
+    return CanonicalMessage(message.role, message.text, message.tool_calls, message.tool_results, found)
 
 
 def _chat_message(m: Any) -> Any:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from observer.conversation import CanonicalMessage, call, default_message, recorded_answer, result
 from observer.dialects._openai_common import (
     arguments,
     call_id,
@@ -49,7 +50,7 @@ from observer.events import (
     ToolCallDelta,
     ToolCallEvent,
 )
-from observer.records import RequestFacts, Violation, ViolationKind
+from observer.records import Exchange, RequestFacts, Violation, ViolationKind
 from observer.response import ResponseSpec
 from observer.wire.frames import JSONFrame
 
@@ -121,6 +122,36 @@ class OpenAIChatDialect(DialectBase):
 
     def new_adapter(self, spec: ResponseSpec) -> OpenAIChatAdapter:
         return OpenAIChatAdapter()
+
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        """The messages in canonical form (``observer.conversation``): the default mapping
+        (``content`` text or parts, ``tool_calls`` with their ids, a ``tool`` message's
+        ``tool_call_id``: the API makes clients echo them), plus the legacy ``function_call`` of
+        an assistant message (a call without id) and ``function`` messages (a result without
+        id). ``name``, ``refusal``, ``audio`` and ``annotations`` are left out."""
+        return [_history_message(m) for m in request.messages]
+
+    def answer_message(self, exchange: Exchange) -> CanonicalMessage | None:
+        """The default answer (text and tool calls), or ``None`` when the request asked for
+        ``n > 1`` choices: which one the client keeps is unknown, and the record's tool calls
+        do not say their choice."""
+        n = exchange.request.parameters.get("n")
+        if is_int(n) and n > 1:
+            return None
+        return recorded_answer(exchange)
+
+
+def _history_message(m: Any) -> CanonicalMessage:
+    message = default_message(m)
+    if not isinstance(m, dict):
+        return message
+    if m.get("role") == "function":  # legacy: the result of a function_call, by function name
+        return CanonicalMessage("tool", tool_results=(result(None, m.get("content") or ""),))
+    legacy = m.get("function_call")
+    if isinstance(legacy, dict):
+        legacy_call = call(None, legacy.get("name"), legacy.get("arguments"))
+        return CanonicalMessage(message.role, message.text, (*message.tool_calls, legacy_call), (), message.attachments)
+    return message
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from observer.conversation import CanonicalMessage, call, content_parts, result
 from observer.dialects._openai_common import (
     SequenceCheck,
     arguments,
@@ -128,6 +129,25 @@ class OpenAIResponsesDialect(DialectBase):
 
     def new_adapter(self, spec: ResponseSpec) -> OpenAIResponsesAdapter:
         return OpenAIResponsesAdapter()
+
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        """The input items in canonical form (``observer.conversation``), after ``instructions``
+        (from ``parameters``) as a leading system message: message items by role (text of
+        ``input_text``/``output_text`` parts, image and file parts as attachments); a
+        ``function_call``/``custom_tool_call`` item is an assistant message with that call
+        (``call_id`` kept: the API makes clients echo it; consecutive assistant items merge into
+        one), a ``*_call_output`` item a tool message with its result. ``reasoning``,
+        ``item_reference`` and built-in tool items are left out (what a client resends of them
+        is encrypted or a reference; the record holds no such answer part)."""
+        out: list[CanonicalMessage] = []
+        instructions = request.parameters.get("instructions")
+        if isinstance(instructions, str) and instructions.strip():
+            out.append(CanonicalMessage("system", instructions))
+        for item in request.messages:
+            message = _history_item(item)
+            if message is not None:
+                out.append(message)
+        return out
 
 
 @dataclass(slots=True)
@@ -477,6 +497,22 @@ class OpenAIResponsesAdapter(AdapterBase):
         if isinstance(usage, dict):
             usage_event(usage, "input_tokens", "output_tokens", seq, out)
         out.append(StreamEnd(seq))
+
+
+def _history_item(item: Any) -> CanonicalMessage | None:
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind in (None, "message") and isinstance(item.get("role"), str):
+        text, attachments = content_parts(item.get("content"))
+        return CanonicalMessage(item["role"], text, attachments=attachments)
+    if kind in _CALL_ITEMS:
+        return CanonicalMessage(
+            "assistant", tool_calls=(call(item.get("call_id"), item.get("name"), item.get(_CALL_ITEMS[kind])),)
+        )
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        return CanonicalMessage("tool", tool_results=(result(item.get("call_id"), item.get("output")),))
+    return None
 
 
 def _index(v: Any) -> int | None:

@@ -5,6 +5,11 @@ Source: Internet-Draft "A Standard Wire Format for LLM Inference Streaming" — 
 §4.2-§4.7 request envelope, §5.1 framing, §5.2 envelope (``v``, ``seq``, ``type``), §5.3 event
 types, §5.4 lifecycle, §8.3 extensions not interpreted, §8.4 sequence exhaustion, §9.1 media
 type parameters.
+
+Conversation linking (``observer.conversation``) uses the defaults of ``DialectBase``: messages
+``{"role", "content"}`` with string or typed-part content (text parts joined, binary parts by
+type and ``data_bytes``), tool calls and results read OpenAI-style (``tool_calls``,
+``tool_call_id``) where a message carries them.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from observer.conversation import CanonicalMessage, CanonicalResult, attachment, call, default_message, result
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, count, load_object
 from observer.events import (
@@ -105,6 +106,21 @@ class VercelUIDialect(DialectBase):
     def new_adapter(self, spec: ResponseSpec) -> VercelUIAdapter:
         return VercelUIAdapter()
 
+    def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
+        """The UI messages in canonical form (``observer.conversation``): ``parts`` when present
+        (else v4 ``content`` and ``toolInvocations``) — ``text`` parts joined; tool parts (v5
+        ``tool-{name}`` and ``dynamic-tool``, v4 ``tool-invocation``) as calls (``toolCallId``
+        kept: the UI echoes it), ``file`` parts and v4 ``experimental_attachments`` as
+        attachments. A UI message holding tool outputs (``output-available``/``output-error``,
+        v4 ``result``) is followed by a tool message with those results: the UI keeps a tool's
+        call and its output in one assistant message. Reasoning, ``step-start``, sources, data
+        parts, ids and metadata are left out. The system prompt and tools live on the server:
+        the UI request does not show them."""
+        out: list[CanonicalMessage] = []
+        for m in request.messages:
+            out.extend(_history_message(m))
+        return out
+
 
 def parse_ui_request(body: bytes) -> RequestFacts:
     """Reads an AI SDK chat request as far as it has a known shape; never raises, flags nothing.
@@ -156,6 +172,57 @@ def ui_message(m: Any) -> Any:
         if isinstance(items, list):
             out[key] = [reduce_data_url(p) for p in items]
     return out
+
+
+def _history_message(m: Any) -> list[CanonicalMessage]:
+    if not isinstance(m, dict):
+        return [default_message(m)]
+    role = m.get("role") if isinstance(m.get("role"), str) else ""
+    texts, calls, results, attachments = [], [], [], []
+    for part in _ui_parts(m):
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "file" and (found := attachment(part, part.get("mediaType"))) is not None:
+            attachments.append(found)
+        elif kind.startswith("tool-") or kind == "dynamic-tool":
+            tool = part.get("toolInvocation") if kind == "tool-invocation" else part
+            if isinstance(tool, dict):
+                name = tool.get("toolName") if kind in ("dynamic-tool", "tool-invocation") else kind[len("tool-") :]
+                calls.append(call(tool.get("toolCallId"), name, tool.get("input", tool.get("args"))))
+                results.extend(_tool_output(tool))
+    given = m.get("experimental_attachments")
+    for item in given if isinstance(given, list) else ():
+        found = attachment(item, item.get("contentType")) if isinstance(item, dict) else None
+        if found is not None:
+            attachments.append(found)
+    message = CanonicalMessage(role, "".join(texts), tuple(calls), (), tuple(attachments))
+    return [message, CanonicalMessage("tool", tool_results=tuple(results))] if results else [message]
+
+
+def _ui_parts(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parts of a UI message with a string ``type``: ``parts``, else (v4) ``content`` as a
+    text part and each of ``toolInvocations`` as a ``tool-invocation`` part."""
+    parts = m.get("parts")
+    if not isinstance(parts, list):
+        content, invocations = m.get("content"), m.get("toolInvocations")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else []
+        if isinstance(invocations, list):
+            parts += [{"type": "tool-invocation", "toolInvocation": i} for i in invocations]
+    return [p for p in parts if isinstance(p, dict) and isinstance(p.get("type"), str)]
+
+
+def _tool_output(tool: dict[str, Any]) -> list[CanonicalResult]:
+    """The result a tool part holds: v5 ``output`` (``output-available``) or ``errorText``
+    (``output-error``), v4 ``result`` (state ``result``); none before the tool ran."""
+    state, tool_id = tool.get("state"), tool.get("toolCallId")
+    if state == "output-available":
+        return [result(tool_id, tool.get("output"))]
+    if state == "output-error":
+        return [result(tool_id, tool.get("errorText") or "")]
+    if state == "result":
+        return [result(tool_id, tool.get("result"))]
+    return []
 
 
 def reduce_data_url(part: Any) -> Any:

@@ -127,6 +127,7 @@ PURE = [
     "observer/dialects",
     "observer/reassembly.py",
     "observer/records.py",
+    "observer/conversation.py",
     "observer/events.py",
     "observer/tap.py",
     "observer/limits.py",
