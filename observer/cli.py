@@ -259,6 +259,7 @@ def verify(
     Exit 0: everything verifies; 1: a break (each writer's first: writer, seq, record id,
     reason); 2: bad arguments or the store cannot be read."""
     from observer.shape import rfc3339
+    from observer.store.access import access_writer
     from observer.store.verify import verify as run_verify
 
     _logging()
@@ -281,13 +282,19 @@ def verify(
     for warning in report.warnings:
         typer.echo(f"observer: warning: {warning}", err=True)
     for writer, at in sorted(report.last_checkpoint.items()):
-        what = "the store's chain (holds, purges)" if writer == report.store_id else f"writer {writer}"
+        if writer == report.store_id:
+            what = "the store's chain (holds, purges, tokens)"
+        elif report.store_id is not None and writer == access_writer(report.store_id):
+            what = "the access log"
+        else:
+            what = f"writer {writer}"
         typer.echo(f"observer: {what}: last checkpoint {rfc3339(at)}")
     entries = sum(report.entries.values())
     summary = (
         f"{entries} entries of {len(report.entries)} writers, {report.checkpoints} checkpoints checked"
         + (f", {report.purged} entries purged" if report.purged else "")
-        + (f", {report.store_events} store events (holds, purges)" if report.store_events else "")
+        + (f", {report.store_events} store events (holds, purges, tokens)" if report.store_events else "")
+        + (f", {report.access_entries} access log entries" if report.access_entries else "")
         + (f"; {report.unchained} records stored before the chain (not chained)" if report.unchained else "")
     )
     if report.ok:

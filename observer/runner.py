@@ -45,10 +45,21 @@ def check_port_free(host: str, port: int, option: str) -> None:
 
 
 def start_api_process(settings: Settings, token: str) -> subprocess.Popen:
-    """Starts ``observer api`` as a child process with the token in its environment. It gets
+    """Starts ``observer api`` as a child process with the token, the checkpoint key, the data
+    folder and the retention policy in its environment. It gets
     SIGTERM from the kernel if this process dies (``observer.lifetime``; trial finding: after a
     ``kill -9`` of ``observer run`` the API kept its port and the next start failed)."""
-    env = dict(os.environ, OBSERVER_API_TOKEN=token)
+    # What the API needs of this run's settings, however they were given (flags included): the
+    # same checkpoint key (it signs the access log; another would not be trusted by verify),
+    # data folder (export jobs) and retention policy (GET /v1/retention, purges).
+    env = dict(
+        os.environ,
+        OBSERVER_API_TOKEN=token,
+        OBSERVER_DATA_DIR=str(settings.data_dir),
+        OBSERVER_CHECKPOINT_KEY=str(settings.checkpoint_key_path),
+        OBSERVER_RETENTION_DAYS=str(settings.retention_days),
+        OBSERVER_RETENTION_OVERRIDE="true" if settings.retention_override else "false",
+    )
     cmd = [
         sys.executable,
         "-m",

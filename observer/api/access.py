@@ -29,7 +29,7 @@ import orjson
 from fastapi import Request
 from sqlalchemy import exc as sa_exc
 
-from observer.api.auth import Authentication, authenticate, bearer
+from observer.api.auth import Authentication, authenticate, bearer, cookie_token
 from observer.store import access, tokens
 from observer.store.checkpoint import CheckpointKey
 from observer.store.store import AuditStore
@@ -79,6 +79,8 @@ class AccessLog:
         state = scope.setdefault("state", {})
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         token = bearer(headers)
+        if token is None and (scope["path"] == "/ui" or scope["path"].startswith("/ui/")):
+            token = cookie_token(headers)  # the review page's session (observer.api.ui)
         try:
             auth = await anyio.to_thread.run_sync(
                 authenticate, token, self.bootstrap, lambda t: tokens.lookup_any(self.store.engine, t)
@@ -98,7 +100,8 @@ class AccessLog:
                 return
             if message["type"] == "http.response.start" and not logged:
                 logged = True
-                if not await self._log(scope, auth, int(message["status"])):
+                # A route may have replaced it (the review page's sign-in names who signed in).
+                if not await self._log(scope, state.get("authentication", auth), int(message["status"])):
                     dropping = True
                     await _error(send, 503, "access_log_unavailable", "the access log cannot be written; no answer")
                     return

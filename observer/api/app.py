@@ -19,17 +19,27 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import APIRouter, Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from observer import __version__
+from observer.api import ui
 from observer.api.access import AccessLog
 from observer.api.auth import require
 from observer.api.errors import error_response
 from observer.api.exportjobs import ExportJobs
 from observer.api.params import strict_query
-from observer.api.routers import access_log, exchanges, exports, holds, incidents, retention, stats
+from observer.api.routers import (
+    access_log,
+    conversations,
+    exchanges,
+    exports,
+    holds,
+    incidents,
+    retention,
+    stats,
+)
 from observer.api.schemas import ErrorResponse, Health, Readiness
 from observer.config import MIN_RETENTION_DAYS
 from observer.errors import ConfigError
@@ -75,6 +85,8 @@ def create_app(
     )
     app.state.store = store
     app.state.key = key
+    app.state.bootstrap = token.encode("utf-8", "surrogatepass")
+    app.state.templates = ui.templates()
     app.state.options = options = options or ApiOptions()
     app.state.exports = (
         None if key is None or options.exports_dir is None else ExportJobs(store, key, options.exports_dir)
@@ -109,10 +121,15 @@ def create_app(
         dependencies=[Depends(require("metadata")), Depends(strict_query)],
         responses=_ERROR_RESPONSES,
     )
-    routers = (exchanges, stats, incidents, holds, exports, retention, access_log)
+    routers = (exchanges, conversations, stats, incidents, holds, exports, retention, access_log)
     for module in routers:
         v1.include_router(module.router)
     app.include_router(v1)
+    app.include_router(ui.router)
+
+    @app.get("/ui", include_in_schema=False)
+    def ui_root() -> RedirectResponse:
+        return RedirectResponse("/ui/", status_code=307)
 
     _install_error_handlers(app)
     return app

@@ -38,6 +38,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "tokens": frozenset({"admin"}),
 }
 BOOTSTRAP = "bootstrap"
+#: The review page's session cookie (``observer.api.ui``): the token, ``HttpOnly``, for ``/ui``.
+COOKIE = "observer_token"
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -78,6 +80,22 @@ def bearer(headers: Mapping[str, str]) -> str | None:
     scheme, _, token = value.strip().partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token and " " not in token else ""
+
+
+def cookie_token(headers: Mapping[str, str]) -> str | None:
+    """The review page's token from the ``Cookie`` header (``COOKIE``), or ``None``."""
+    from http.cookies import CookieError, SimpleCookie
+
+    raw = headers.get("cookie")
+    if not raw:
+        return None
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(raw)
+    except CookieError:
+        return None
+    morsel = jar.get(COOKIE)
+    return morsel.value if morsel is not None and morsel.value else None
 
 
 def authenticate(token: str | None, bootstrap: bytes, find: Callable[[str], dict[str, Any] | None]) -> Authentication:

@@ -169,6 +169,11 @@ class ExchangePage(_Schema):
     )
 
 
+class ConversationOut(_Schema):
+    id: str = Field(description="gen_ai.conversation.id: its first exchange's id")
+    exchanges: list[ExchangeSummary] = Field(description="Oldest first")
+
+
 class StatsGroup(BaseModel):
     """One group: its key (named as ``group_by``: model, day, user, dialect or host) and counts."""
 

@@ -201,8 +201,10 @@ def page(
     if before_seq is not None:
         stmt = stmt.where(table.c.seq < before_seq)
     if filters.exchange_id is not None:
-        # ids is a JSON list: match its text (ids are UUIDs, quoted in the JSON), then check exactly.
-        stmt = stmt.where(cast(table.c.ids, Text).contains(f'"{filters.exchange_id}"'))
+        # ids is a JSON list: match its text (ids are UUIDs, quoted in the JSON), then check
+        # exactly; autoescape: a % or _ in the id is no wildcard (its false matches would fill
+        # the page's limit, then be dropped: a short page and no next_before_seq).
+        stmt = stmt.where(cast(table.c.ids, Text).contains(f'"{filters.exchange_id}"', autoescape=True))
     stmt = stmt.order_by(table.c.seq.desc()).limit(limit + 1)
     with engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(stmt)]

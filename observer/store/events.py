@@ -15,7 +15,7 @@ Event kinds and their ``detail``:
   ``retention_override``, ``records`` (chained records removed), ``unchained`` (records from
   before the chain removed), ``held`` (due records kept for a hold), ``runs`` (count),
   ``runs_sha256`` (``chain.runs_digest`` of the ``purged_runs`` rows of this event);
-- ``token_created``: ``token_id``, ``name``, ``role``; ``token_revoked``: ``token_id``, ``name``
+- ``token_created``: ``token_id``, ``name``, ``role``, ``token_sha256``; ``token_revoked``: ``token_id``, ``name``
   (``observer.store.tokens``).
 
 Commands that append take ``lock`` first, so they run one after the other; should two still

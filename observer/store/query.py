@@ -184,8 +184,8 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
     """Per group (``GROUP_BY``): ``exchanges``, ``input_tokens`` and ``output_tokens`` (sums of
     what was reported; 0 when none was), ``usage_not_reported`` (exchanges without a usage
     event), ordered by the group's key (``day``: ``YYYY-MM-DD`` UTC of ``started_at``); a
-    group key may be ``null`` (no model, no user). Raises ``ValueError`` for another
-    ``group_by`` or a bad ``q``."""
+    group key may be ``null`` (no model, no user): that group comes last. Raises
+    ``ValueError`` for another ``group_by`` or a bad ``q``."""
     ex = ExchangeRow.__table__
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
@@ -209,7 +209,7 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
         )
         .where(and_(literal(True), *where(filters, engine.dialect.name)))
         .group_by(key)
-        .order_by(key)
+        .order_by(key.asc().nulls_last())  # the engines differ without it (SQLite: NULL first)
     )
     with engine.connect() as conn:
         return [
@@ -229,4 +229,27 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must be within 1..{LIST_LIMIT_MAX}, not {limit}")
 
 
-__all__: Sequence[str] = ("COLUMN_FILTERS", "GROUP_BY", "START", "Filters", "feed", "page", "stats", "where")
+__all__: Sequence[str] = (
+    "COLUMN_FILTERS",
+    "GROUP_BY",
+    "START",
+    "Filters",
+    "conversation",
+    "feed",
+    "page",
+    "stats",
+    "where",
+)
+
+
+def conversation(engine: Engine, conversation_id: str, limit: int = LIST_LIMIT_MAX) -> list[Item]:
+    """The summaries of a conversation's exchanges, oldest first (at most ``limit``)."""
+    ex = ExchangeRow.__table__
+    stmt = (
+        select(*SUMMARY_COLUMNS)
+        .where(ex.c.conversation_id == conversation_id)
+        .order_by(ex.c.started_at, ex.c.id)
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        return [summary_from_row(r._mapping) for r in conn.execute(stmt)]

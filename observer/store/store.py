@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, insert, select, text, tuple_
+from sqlalchemy import Engine, create_engine, event, func, insert, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload
@@ -32,10 +32,11 @@ from observer.shape import parse_rfc3339, rfc3339
 from observer.store import search
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.events import event_head
+from observer.store.linking import link
 from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
 from observer.store.partitions import Partitions
 from observer.store.portable import make_portable
-from observer.store.rows import SUMMARY_COLUMNS, exchange_from_row, rows_from_records, summary_from_row
+from observer.store.rows import exchange_from_row, rows_from_records
 from observer.store.stored import reserve as reserve_stored_seq
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,9 @@ class AuditStore:
         ``detail``), in one transaction; returns how many records were already stored.
 
         ``writer_id``/``seqs``: the journal's numbering of the records (``seqs[i]`` is
-        ``records[i]``'s), also the gaps' writer. Bulk ``INSERT``s: one multi-row statement per
+        ``records[i]``'s), also the gaps' writer. Each record is linked to the conversation it
+        continues (``observer.store.linking``) and, on SQLite, numbered in storing order and
+        indexed for search (``observer.store.stored``, ``observer.store.search``). Bulk ``INSERT``s: one multi-row statement per
         table. A record whose id is already stored is skipped whole, as is a repeat of an id
         within ``records``, and a gap whose (writer, seq) is stored. Nothing is written when it
         raises: ``sqlalchemy.exc.SQLAlchemyError`` when the database refuses (``DataError`` for a
@@ -121,9 +124,9 @@ class AuditStore:
             raise ValueError("records of a writer need their seqs")
         chained = writer_id is not None  # (gaps always have a writer and seqs)
         numbering = dict(zip((r.id for r in records), seqs, strict=True)) if seqs is not None else {}
-        dicts: dict[str, Exchange] = {}
-        for r in portable if chained else ():
-            dicts.setdefault(r.id, r)  # the first of a repeated id is the one stored
+        by_id: dict[str, Exchange] = {}
+        for r in portable:
+            by_id.setdefault(r.id, r)  # the first of a repeated id is the one stored
         for row in exchanges:
             row["writer_id"] = writer_id if seqs is not None else None
             row["seq"] = numbering.get(row["id"])
@@ -146,7 +149,8 @@ class AuditStore:
                         }
                     gap_rows = self._new_gaps(session, writer_id, gaps)
                     if chained:
-                        self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
+                        self._chain(session, writer_id, exchanges, by_id, gap_rows)  # type: ignore[arg-type]
+                    link(session.connection(), exchanges, by_id)
                     sqlite = self._engine.dialect.name == "sqlite"
                     if sqlite and exchanges:
                         first = reserve_stored_seq(session.connection(), len(exchanges))
@@ -316,9 +320,10 @@ class AuditStore:
         with self._engine.connect() as conn:
             return conn.scalar(query)
 
-    def get(self, id: str) -> Item | None:  # noqa: A002 - the record's field name
-        """The record with this id as ``Exchange.to_dict()`` returns it plus the store's
-        ``conversation_id`` (``observer.conversation``), or ``None`` (also for an
+    def get(self, id: str, *, store_fields: bool = False) -> Item | None:  # noqa: A002 - the record's field name
+        """The record with this id as ``Exchange.to_dict()`` returns it (with ``store_fields``,
+        followed by what the store adds: ``conversation_id``, ``observer.conversation``), or
+        ``None`` (also for an
         id no record can have: longer than a record id, or with a NUL, which PostgreSQL refuses
         in a query with an error, not an empty result)."""
         if len(id) > RECORD_ID_MAX or "\x00" in id:
@@ -337,7 +342,8 @@ class AuditStore:
             if row is None:
                 return None
             record = exchange_from_row(row).to_dict()
-            record["conversation_id"] = row.conversation_id
+            if store_fields:
+                record["conversation_id"] = row.conversation_id
             return record
 
     def ping(self) -> None:
@@ -357,17 +363,9 @@ class AuditStore:
         ``next_cursor`` from a previous page; anything else raises ``InvalidCursor``. Keyset
         pagination: rows inserted meanwhile never shift or repeat items across pages.
         """
-        if not 1 <= limit <= LIST_LIMIT_MAX:
-            raise ValueError(f"limit must be within 1..{LIST_LIMIT_MAX}, not {limit}")
-        stmt = select(*SUMMARY_COLUMNS).order_by(ExchangeRow.started_at.desc(), ExchangeRow.id.desc()).limit(limit + 1)
-        if cursor is not None:
-            started_at, last_id = decode_cursor(cursor)
-            stmt = stmt.where(tuple_(ExchangeRow.started_at, ExchangeRow.id) < tuple_(started_at, last_id))
-        with Session(self._engine) as session:
-            rows = session.execute(stmt).all()
-        items = [summary_from_row(r._mapping) for r in rows[:limit]]
-        next_cursor = encode_cursor(rows[limit - 1].started_at, rows[limit - 1].id) if len(rows) > limit else None
-        return items, next_cursor
+        from observer.store.query import Filters, page
+
+        return page(self._engine, Filters(), limit, cursor)
 
 
 def encode_cursor(started_at: datetime, id: str) -> str:  # noqa: A002

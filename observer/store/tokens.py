@@ -11,7 +11,9 @@ password-hashing work factor is needed, RFC 6750 §5.2), shown once when it is m
 - ``admin``: everything, tokens and retention included.
 
 Making and revoking a token are events of the store's chain (``token_created``,
-``token_revoked``: ``observer.store.events``), so who granted what is tamper-evident.
+``token_revoked``: ``observer.store.events``), so who granted what is tamper-evident; the
+created event holds the token's SHA-256 too, so ``observer verify`` finds a row of
+``api_tokens`` given another role, name or hash behind the chain's back.
 """
 
 from __future__ import annotations
@@ -80,9 +82,8 @@ def create_token(
             if conn.scalar(select(table.c.id).where(table.c.name == name)) is not None:
                 raise TokenError(f"a token named {name!r} exists (names are never reused)")
             conn.execute(insert(table), [row])
-            append_event(
-                conn, key, store_id, "token_created", actor, {"token_id": row["id"], "name": name, "role": role}, at
-            )
+            detail = {"token_id": row["id"], "name": name, "role": role, "token_sha256": row["token_sha256"]}
+            append_event(conn, key, store_id, "token_created", actor, detail, at)
     except sa_exc.IntegrityError as exc:
         raise TokenError(f"a token named {name!r} exists (names are never reused)") from exc
     return token, {k: row[k] for k in TOKEN_COLUMNS}

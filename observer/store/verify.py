@@ -63,7 +63,7 @@ from observer.store.chain import (
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.events import events as store_events
 from observer.store.holds import HOLD_COLUMNS, expected_holds, hold_record_ids, list_holds
-from observer.store.models import ExchangeRow, GapRow, PurgedRunRow
+from observer.store.models import ApiTokenRow, ExchangeRow, GapRow, PurgedRunRow
 from observer.store.reader import RecordFilter, RecordReader
 from observer.store.store import AuditStore
 
@@ -423,7 +423,7 @@ def _verify_store_chain(
             f"purge event {differing[0]}: the purged runs differ from those it committed to (added, changed or deleted)"
         )
         return Break(store_id, differing[0], None, reason), heads
-    brk = _check_holds(store, store_id, events)
+    brk = _check_holds(store, store_id, events) or _check_tokens(store, store_id, events)
     if brk is None and keys:
         brk = _check_checkpoints(store_id, checkpoints, heads, keys, store_id, len(events), None, None, any_key=True)
         report.checkpoints += len(checkpoints)
@@ -502,6 +502,35 @@ def _check_holds(store: AuditStore, store_id: str, events: list[dict[str, Any]])
         return Break(
             store_id, None, None, f"hold_records names hold {stray[0]}, which no chained event made (inserted)"
         )
+    return None
+
+
+def _check_tokens(store: AuditStore, store_id: str, events: list[dict[str, Any]]) -> Break | None:
+    """``api_tokens`` against the ``token_created`` / ``token_revoked`` events: a token row
+    inserted, deleted, renamed, given another role or hash, or revoked (or un-revoked) without
+    its event is a break (a role raised in the table would otherwise pass unseen)."""
+    expected: dict[str, dict[str, Any]] = {}
+    for e in events:
+        detail = e["detail"]
+        if e["kind"] == "token_created":
+            expected[detail["token_id"]] = {**detail, "seq": e["seq"], "revoked": False}
+        elif e["kind"] == "token_revoked" and detail["token_id"] in expected:
+            expected[detail["token_id"]]["revoked"] = True
+    table = ApiTokenRow.__table__
+    with store.engine.connect() as conn:
+        stored = {r.id: r for r in conn.execute(select(table))}
+    for token_id in sorted(set(expected) | set(stored)):
+        want, have = expected.get(token_id), stored.get(token_id)
+        if want is None:
+            return Break(store_id, None, None, f"token {token_id} has no chained event (inserted)")
+        if have is None:
+            return Break(store_id, want["seq"], None, f"token {token_id} deleted from api_tokens")
+        actual = {"name": have.name, "role": have.role, "revoked": have.revoked_at is not None}
+        if "token_sha256" in want:
+            actual["token_sha256"] = have.token_sha256
+        changed = next((k for k in actual if want[k] != actual[k]), None)
+        if changed is not None:
+            return Break(store_id, want["seq"], None, f"token {token_id}: {changed} differs from its chained events")
     return None
 
 

@@ -85,7 +85,7 @@ def test_get_returns_the_record(client: TestClient, records: list[Exchange]) -> 
     """GET /v1/exchanges/{id} is the record's to_dict(), big integers exact."""
     response = client.get("/v1/exchanges/ex-4", headers=AUTH)
     assert response.status_code == 200
-    expected = {**records[4].to_dict(), "conversation_id": None, "content_withheld": False}
+    expected = {**records[4].to_dict(), "conversation_id": "ex-4", "content_withheld": False}
     assert response.json() == expected
     assert list(response.json()) == list(expected)
     assert '"seq":9007199254740993' in response.text.replace(" ", "")
@@ -160,7 +160,7 @@ def test_list_default_page_and_item(client: TestClient) -> None:
         "outcome": "completed",
         "response_bytes": 0,
         "events": 0,
-        "conversation_id": None,
+        "conversation_id": "ex-4",  # its own: the first of its conversation
     }
 
 
@@ -208,7 +208,7 @@ def test_store_down_is_503_and_bugs_are_500(store: AuditStore, monkeypatch: pyte
     assert response.status_code == 503
     assert _error(response)["code"] in ("store_unavailable", "access_log_unavailable")
 
-    def bug(id: str) -> Any:  # noqa: A002
+    def bug(id: str, **_: Any) -> Any:  # noqa: A002
         raise RuntimeError("bug")
 
     monkeypatch.setattr(store, "get", bug)

@@ -300,6 +300,7 @@ def test_list_item_shape(store: AuditStore) -> None:
             "outcome": "error",
             "response_bytes": 4096,
             "events": 37,
+            "conversation_id": "0b5e3c1e-6a4e-4b7a-9f1e-2d3c4b5a6f70",  # its own: the first of its conversation
         }
     ]
 

@@ -78,7 +78,7 @@ def get_exchange(
 ) -> dict[str, Any]:
     """The full audit record: request facts, content blocks, tool calls, usage, violations (for
     a viewer without its content: ``content_withheld`` is then true)."""
-    record = store.get(exchange_id)
+    record = store.get(exchange_id, store_fields=True)
     if record is None:
         raise APIError(status.HTTP_404_NOT_FOUND, "not_found", f"no exchange with id {_shorten(exchange_id)!r}")
     note(request, rows=1, ids=[record["id"]])

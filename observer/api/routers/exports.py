@@ -25,7 +25,14 @@ router = APIRouter(prefix="/exports", tags=["exports"], dependencies=[Depends(re
 
 
 class ExportCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"format": "jsonl", "since": "2026-11-01T00:00:00Z", "until": "2026-12-01T00:00:00Z", "user": ["alice"]}
+            ]
+        },
+    )
     format: Literal["jsonl", "csv", "parquet"] = "jsonl"
     since: str | None = Field(default=None, description="Records started at or after (RFC 3339)")
     until: str | None = Field(default=None, description="Records started before (RFC 3339)")

@@ -22,7 +22,19 @@ router = APIRouter(prefix="/holds", tags=["holds"])
 
 
 class HoldCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "reason": "Case 2026-17: preserve alice's November exchanges",
+                    "user": "alice",
+                    "since": "2026-11-01T00:00:00Z",
+                    "until": "2026-11-30T23:59:59Z",
+                }
+            ]
+        },
+    )
     reason: str = Field(min_length=1, max_length=holds.MAX_TEXT, description="Why (case, request, order)")
     since: str | None = Field(default=None, description="Records started at or after (RFC 3339)")
     until: str | None = Field(default=None, description="Records started at or before (RFC 3339)")

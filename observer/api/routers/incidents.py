@@ -34,7 +34,20 @@ _NOT_FOUND = {status.HTTP_404_NOT_FOUND: {"model": ErrorResponse, "description":
 
 
 class IncidentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "title": "Assistant disclosed another customer's invoices",
+                    "category": "fundamental_rights",
+                    "aware_at": "2026-11-30T10:00:00Z",
+                    "note": "Reported by the customer by phone.",
+                    "exchange_ids": ["a0000000-0000-4000-8000-000000000001"],
+                }
+            ]
+        },
+    )
     title: str = Field(min_length=1, max_length=incidents.TITLE_MAX)
     category: Category = Field(description="Decides the report deadline (2, 10 or 15 days; other: none)")
     aware_at: str = Field(description="When the deployer became aware (RFC 3339)", examples=["2026-11-30T14:00:00Z"])
@@ -45,7 +58,12 @@ class IncidentCreate(BaseModel):
 
 
 class IncidentPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"status": "reported", "note": "Report sent to the authority, ref. 2026-117."}]
+        },
+    )
     title: str | None = Field(default=None, min_length=1, max_length=incidents.TITLE_MAX)
     category: Category | None = None
     aware_at: str | None = Field(default=None, description="RFC 3339")

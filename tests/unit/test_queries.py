@@ -1,0 +1,488 @@
+"""Filters, full-text search, the stored-order feed and statistics of the query API.
+
+Five hand-built records; every expected id list and every count below is written by hand from
+the records (``RECORDS``), not read back from the code. Lists are newest first by
+``started_at``: q4, q5, q3, q2, q1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from observer.api import create_app
+from observer.records import Block, ErrorInfo, Exchange, ToolCall, Usage, Violation
+from observer.store.store import AuditStore
+from observer.store.stored import horizon
+
+TOKEN = "token-for-query-tests"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+T0 = datetime(2025, 6, 1, 9, 0, 0, tzinfo=timezone.utc)
+MINUS_2 = timezone(timedelta(hours=-2))
+
+
+def _records(make: Callable[..., Exchange]) -> list[Exchange]:
+    def user(content: Any) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": content}]
+
+    q1 = make("q1", T0, model="gpt-4o", request_id="req-1", stop_reason="end_turn")
+    q1.request.model = "gpt-4o"
+    q1.request.end_user = "alice"
+    q1.request.messages = user("Bonjour zebra")
+    q1.blocks = [Block(index=0, text="Le café est prêt")]
+    q1.tool_calls = [ToolCall(index=0, id="c1", name="get_weather", arguments='{"city": "Lyon"}')]
+    q1.usage = Usage(input_tokens=10, output_tokens=5, reported=True)
+
+    q2 = make("q2", T0 + timedelta(hours=1), model="claude-3", dialect="anthropic-messages", stop_reason="tool_use")
+    q2.host = "api.anthropic.com"
+    q2.request.model = "claude-3-latest"
+    q2.request.end_user = "bob"
+    q2.request.messages = user([{"type": "text", "text": "tell me about walruses"}])
+    q2.blocks = [Block(index=0, text="walrus tusks")]
+    q2.tool_calls = [
+        ToolCall(index=0, id="c2", name="search", arguments="{}"),
+        ToolCall(index=1, id="c3", name="get_weather", arguments="{}"),
+    ]
+    q2.usage = Usage(input_tokens=20, output_tokens=7, reported=True)
+
+    q3 = make("q3", T0 + timedelta(hours=2), model="gpt-4o", outcome="error")
+    q3.request.model = "gpt-4o-mini"
+    q3.request.end_user = "alice"
+    q3.request.messages = user("CAFÉ au lait")
+    q3.error = ErrorInfo(code="overloaded", message="try later")
+    q3.violations = [Violation(kind="seq_gap", seq=3)]
+
+    # 23:30 at -02:00 on June 2nd is 01:30 UTC on June 3rd: its day is 2025-06-03.
+    q4 = make("q4", datetime(2025, 6, 2, 23, 30, tzinfo=MINUS_2), outcome="client_aborted", host="localhost")
+    q4.request.messages = user("operators")
+    q4.blocks = [Block(index=0, text='NEAR(x) AND star* "quoted"')]
+    q4.violations = [Violation(kind="seq_gap", seq=1), Violation(kind="undeclared_tool")]
+    q4.usage = Usage(input_tokens=3, output_tokens=None, reported=True)
+
+    q5 = make("q5", T0 + timedelta(hours=3), model="gpt-4o", request_id="req-5", stop_reason="end_turn")
+    q5.request.model = "gpt-4o"
+    q5.request.end_user = "carol"
+    q5.request.messages = user("jumps over the lazy dog")
+    q5.blocks = [Block(index=0, text="the quick brown fox")]
+    q5.usage = Usage(input_tokens=1, output_tokens=2, reported=True)
+    return [q1, q2, q3, q4, q5]
+
+
+@pytest.fixture
+def client(store: AuditStore, make_exchange: Callable[..., Exchange]) -> Iterator[TestClient]:
+    for record in _records(make_exchange):  # one transaction each: the stored order is q1..q5 on both engines
+        store.write_many([record])
+    with store.engine.begin() as conn:  # the store's conversation ids (set by its writer), by hand here
+        conn.execute(sa.text("UPDATE exchanges SET conversation_id = 'conv-a' WHERE id IN ('q1', 'q2')"))
+    with TestClient(create_app(store, TOKEN)) as test_client:
+        yield test_client
+
+
+def _get(client: TestClient, path: str, params: Any = None) -> Any:
+    response = client.get(path, params=params, headers=AUTH)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _ids(client: TestClient, params: Any) -> list[str]:
+    return [item["id"] for item in _get(client, "/v1/exchanges", params)["items"]]
+
+
+def _error(client: TestClient, path: str, params: Any = None) -> tuple[int, str]:
+    response = client.get(path, params=params, headers=AUTH)
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    return response.status_code, body["error"]["code"]
+
+
+FILTERS: list[tuple[dict[str, str], list[str]]] = [
+    ({}, ["q4", "q5", "q3", "q2", "q1"]),
+    ({"model": "gpt-4o"}, ["q5", "q3", "q1"]),
+    ({"model": "GPT-4o"}, []),  # exact, case-sensitive
+    ({"model": "gpt"}, []),  # not a prefix
+    ({"request_model": "gpt-4o"}, ["q5", "q1"]),
+    ({"request_model": "gpt-4o-mini"}, ["q3"]),
+    ({"dialect": "anthropic-messages"}, ["q2"]),
+    ({"dialect": "openai-chat"}, ["q4", "q5", "q3", "q1"]),
+    ({"host": "api.openai.com"}, ["q5", "q3", "q1"]),
+    ({"host": "localhost"}, ["q4"]),
+    ({"user": "alice"}, ["q3", "q1"]),
+    ({"user": "carol"}, ["q5"]),
+    ({"user": ""}, []),
+    ({"outcome": "completed"}, ["q5", "q2", "q1"]),
+    ({"outcome": "error"}, ["q3"]),
+    ({"outcome": "client_aborted"}, ["q4"]),
+    ({"stop_reason": "end_turn"}, ["q5", "q1"]),
+    ({"stop_reason": "tool_use"}, ["q2"]),
+    ({"tool": "get_weather"}, ["q2", "q1"]),
+    ({"tool": "search"}, ["q2"]),
+    ({"tool": "get"}, []),
+    ({"violation": "seq_gap"}, ["q4", "q3"]),
+    ({"violation": "undeclared_tool"}, ["q4"]),
+    ({"violation": "seq_repeat"}, []),
+    ({"request_id": "req-1"}, ["q1"]),
+    ({"request_id": "req-5"}, ["q5"]),
+    ({"conversation_id": "conv-a"}, ["q2", "q1"]),
+    ({"conversation_id": "conv-b"}, []),
+    # combinations: every filter must hold
+    ({"model": "gpt-4o", "user": "alice"}, ["q3", "q1"]),
+    ({"model": "gpt-4o", "outcome": "completed", "tool": "get_weather"}, ["q1"]),
+    ({"violation": "seq_gap", "model": "gpt-4o"}, ["q3"]),
+    ({"tool": "get_weather", "dialect": "anthropic-messages", "stop_reason": "tool_use"}, ["q2"]),
+    ({"user": "bob", "host": "api.openai.com"}, []),
+    ({"host": "api.openai.com", "q": "cafe"}, ["q3", "q1"]),
+    ({"stop_reason": "end_turn", "q": "fox"}, ["q5"]),
+    # since inclusive, until exclusive; offsets are honoured
+    ({"since": "2025-06-01T10:00:00Z"}, ["q4", "q5", "q3", "q2"]),
+    ({"until": "2025-06-01T10:00:00Z"}, ["q1"]),
+    ({"since": "2025-06-01T10:00:00Z", "until": "2025-06-01T12:00:00Z"}, ["q3", "q2"]),
+    ({"since": "2025-06-01T12:00:00+02:00"}, ["q4", "q5", "q3", "q2"]),
+    ({"until": "2025-06-01T09:00:00.000001Z"}, ["q1"]),
+    ({"until": "2025-06-01T09:00:00Z"}, []),
+    ({"since": "2025-06-03T01:30:00Z"}, ["q4"]),
+    ({"since": "2025-06-03T01:30:00.000001Z"}, []),
+    ({"since": "2025-06-01T09:30:00Z", "until": "2025-06-01T11:00:00Z", "model": "claude-3"}, ["q2"]),
+]
+
+
+def test_filters(client: TestClient) -> None:
+    """Each filter and combination of ``FILTERS``: exactly the ids written there (one database
+    for all of them: a migrated database per case would take minutes)."""
+    got = {str(params): _ids(client, params) for params, _ in FILTERS}
+    assert got == {str(params): expected for params, expected in FILTERS}
+
+
+def test_filters_page_with_the_cursor(client: TestClient) -> None:
+    first = _get(client, "/v1/exchanges", {"model": "gpt-4o", "limit": 2})
+    assert [i["id"] for i in first["items"]] == ["q5", "q3"]
+    second = _get(client, "/v1/exchanges", {"model": "gpt-4o", "limit": 2, "cursor": first["next_cursor"]})
+    assert ([i["id"] for i in second["items"]], second["next_cursor"]) == (["q1"], None)
+
+
+SEARCHES: list[tuple[str, list[str]]] = [
+    ("zebra", ["q1"]),  # a prompt word
+    ("walrus", ["q2"]),  # a completion word
+    ("walruses", ["q2"]),  # a prompt word inside a content part
+    ("Zebra", ["q1"]),
+    ("ZEBRA", ["q1"]),
+    ("café", ["q3", "q1"]),  # q1's completion "café", q3's prompt "CAFÉ"
+    ("CAFE", ["q3", "q1"]),
+    ("cafe", ["q3", "q1"]),
+    ("Café", ["q3", "q1"]),
+    ("pret", ["q1"]),
+    ("cafe lait", ["q3"]),  # every word, in one record
+    ("le lait", []),  # "le" in q1, "lait" in q3
+    ("quick dog", ["q5"]),  # one word from the completion, one from the prompt
+    ("dog quick", ["q5"]),  # any order
+    ("zebra walrus", []),
+    ("zebr", []),  # no prefixes
+    ("fox!", ["q5"]),
+    # FTS operators are words (or nothing) here
+    ("AND", ["q4"]),
+    ("and", ["q4"]),
+    ("NEAR(", ["q4"]),
+    ("NEAR(x", ["q4"]),
+    ("star*", ["q4"]),
+    ("zebr*", []),
+    ('"quoted"', ["q4"]),
+    ('"quoted', ["q4"]),
+    ("zebra OR walrus", []),
+    ("zebra AND walrus", []),
+    ("NOT zebra", []),
+    ("-zebra", ["q1"]),
+    ("zebra -walrus", []),  # "-" is no negation: walrus must be there too
+    ("prompt:zebra", []),  # no column filter: "prompt" is a word
+    ("completion : fox", []),
+    ("^zebra", ["q1"]),
+    ("zebra + ' ( ) { } :", ["q1"]),
+    ("x AND y OR z NEAR(a b, 2)", []),
+]
+
+
+def test_search(client: TestClient) -> None:
+    """q: every word in the prompt or completion, case- and accent-insensitive, no operators
+    (FTS5's and tsquery's operator characters are words or nothing, never a 500)."""
+    got = {q: _ids(client, {"q": q}) for q, _ in SEARCHES}
+    assert got == dict(SEARCHES)
+
+
+NO_WORD = ["", " ", "?!", '"', "*", "()", '""', "-", "^", "*:", "\u3000"]
+
+
+def test_a_search_without_a_word_or_too_big_is_400(client: TestClient) -> None:
+    bad = [*NO_WORD, "x" * 501, " ".join(["w"] * 33), "zebra\x00"]
+    got = {q: _error(client, "/v1/exchanges", {"q": q}) for q in bad}
+    assert got == dict.fromkeys(bad, (400, "invalid_parameter"))
+    assert _ids(client, {"q": " ".join(["zebra"] * 32)}) == ["q1"]  # 32 words: the most
+
+
+def test_search_filters_stats_too(client: TestClient) -> None:
+    groups = _get(client, "/v1/stats", {"group_by": "model", "q": "cafe"})["groups"]
+    assert groups == [
+        {"model": "gpt-4o", "exchanges": 2, "input_tokens": 10, "output_tokens": 5, "usage_not_reported": 1}
+    ]
+
+
+BAD_LIST_QUERIES = dict(
+    [
+        ("format=csv", (400, "unknown_parameter")),
+        ("model=gpt-4o&format=csv", (400, "unknown_parameter")),
+        ("Model=gpt-4o", (400, "unknown_parameter")),  # names are exact
+        ("end_user=alice", (400, "unknown_parameter")),
+        ("model=a&model=b", (400, "repeated_parameter")),
+        ("model=a&model=a", (400, "repeated_parameter")),
+        ("q=a&q=b", (400, "repeated_parameter")),
+        ("since=yesterday", (400, "invalid_parameter")),
+        ("since=2025-06-01T00:00:00", (400, "invalid_parameter")),  # no offset
+        ("since=2025-06-01", (400, "invalid_parameter")),
+        ("until=2025-06-01T09:00:00Z&since=2025-06-01T09:00:00Z", (400, "invalid_parameter")),
+        ("until=2025-06-01T08:00:00Z&since=2025-06-01T09:00:00Z", (400, "invalid_parameter")),
+        ("model=a%00b", (400, "invalid_parameter")),
+        ("user=%00", (400, "invalid_parameter")),
+        ("tool=a%00", (400, "invalid_parameter")),
+        ("host=" + "h" * 501, (400, "invalid_parameter")),
+        ("recorded_after=0&cursor=abc", (400, "invalid_parameter")),
+    ]
+)
+BAD_STATS_QUERIES = dict(
+    [
+        ("group_by=model&format=csv", (400, "unknown_parameter")),
+        ("group_by=model&group_by=day", (400, "repeated_parameter")),
+        ("group_by=model&limit=5", (400, "unknown_parameter")),  # stats take no paging
+        ("group_by=week", (400, "invalid_parameter")),
+        ("", (400, "invalid_parameter")),
+        ("group_by=model&since=yesterday", (400, "invalid_parameter")),
+        ("group_by=model&model=a%00", (400, "invalid_parameter")),
+        ("group_by=model&q=%3F", (400, "invalid_parameter")),
+    ]
+)
+
+
+def test_bad_parameters_are_400(client: TestClient) -> None:
+    """Unknown or repeated names, bad values: 400 with the code, never ignored (never a 500)."""
+    got = {q: _error(client, f"/v1/exchanges?{q}") for q in BAD_LIST_QUERIES}
+    assert got == BAD_LIST_QUERIES
+    got = {q: _error(client, f"/v1/stats?{q}") for q in BAD_STATS_QUERIES}
+    assert got == BAD_STATS_QUERIES
+
+
+def test_a_value_with_a_nul_never_reaches_the_database(client: TestClient) -> None:
+    """Trial finding (PostgreSQL refuses NUL in text: a 500): every text filter checks it."""
+    for name in ("model", "request_model", "dialect", "host", "user", "outcome", "stop_reason", "tool"):
+        assert _error(client, "/v1/exchanges", {name: "a\x00"}) == (400, "invalid_parameter"), name
+    for name in ("violation", "request_id", "conversation_id", "q"):
+        assert _error(client, "/v1/exchanges", {name: "a\x00"}) == (400, "invalid_parameter"), name
+
+
+# ----- the stored-order feed -----
+
+
+def _settle(store: AuditStore) -> None:
+    """PostgreSQL: waits until no transaction older than the last record stored is running: the
+    feed returns a record only then (``observer.store.stored.horizon``), and other sessions of
+    the server (other tests) may hold the horizon back for a while."""
+    if store.engine.dialect.name != "postgresql":
+        return
+    with store.engine.connect() as conn:
+        last = conn.scalar(sa.text("SELECT max(stored_seq) FROM exchanges"))
+    deadline = time.monotonic() + 60
+    while True:
+        with store.engine.connect() as conn:
+            if horizon(conn) > last:  # type: ignore[operator]
+                return
+        if time.monotonic() > deadline:
+            pytest.fail("a transaction of the server stayed open for a minute: the feed's horizon did not pass")
+        time.sleep(0.05)
+
+
+def _feed(client: TestClient, after: str, **params: Any) -> tuple[list[str], str]:
+    page = _get(client, "/v1/exchanges", {"recorded_after": after, **params})
+    assert page["next_cursor"] is None
+    return [i["id"] for i in page["items"]], page["recorded_position"]
+
+
+def test_the_feed_is_in_stored_order_and_polls(
+    client: TestClient, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    _settle(store)
+    ids, position = _feed(client, "0")
+    assert ids == ["q1", "q2", "q3", "q4", "q5"]  # stored order, not started_at's (q4 is the newest)
+    assert _get(client, "/v1/exchanges")["recorded_position"] is None  # only the feed has one
+    again, same = _feed(client, position)
+    assert (again, same) == ([], position)  # an empty page keeps the position
+    late = make_exchange("q0", T0 - timedelta(days=1), model="gpt-4o")  # stored last, started first
+    store.write_many([late])
+    _settle(store)
+    newer, after_late = _feed(client, position)
+    assert newer == ["q0"]
+    assert after_late != position
+    assert _feed(client, after_late) == ([], after_late)
+    assert _feed(client, "0")[0] == ["q1", "q2", "q3", "q4", "q5", "q0"]
+    assert _ids(client, {}) == ["q4", "q5", "q3", "q2", "q1", "q0"]  # by time it is last
+
+
+def test_the_feed_pages_each_record_once(
+    client: TestClient, store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    _settle(store)
+    pages = []
+    position = "0"
+    while True:
+        ids, next_position = _feed(client, position, limit=2)
+        if not ids:
+            assert next_position == position
+            break
+        pages.append(ids)
+        position = next_position
+    assert pages == [["q1", "q2"], ["q3", "q4"], ["q5"]]
+    # Several records of one transaction (one stored_seq on PostgreSQL): ordered by id, each once.
+    store.write_many([make_exchange(i, T0 + timedelta(days=9)) for i in ("r3", "r1", "r2")])
+    _settle(store)
+    assert _feed(client, position, limit=2)[0] in (["r1", "r2"], ["r3", "r1"])
+    seen: list[str] = []
+    while True:
+        ids, position = _feed(client, position, limit=2)
+        if not ids:
+            break
+        seen += ids
+    assert sorted(seen) == ["r1", "r2", "r3"] and len(seen) == 3
+
+
+def test_the_feed_takes_the_filters(client: TestClient, store: AuditStore) -> None:
+    _settle(store)
+    assert _feed(client, "0", model="gpt-4o")[0] == ["q1", "q3", "q5"]
+    ids, position = _feed(client, "0", model="gpt-4o", limit=2)
+    assert ids == ["q1", "q3"]
+    assert _feed(client, position, model="gpt-4o")[0] == ["q5"]
+    assert _feed(client, "0", q="cafe")[0] == ["q1", "q3"]
+    assert _feed(client, "0", since="2025-06-01T10:00:00Z", until="2025-06-01T12:00:00Z")[0] == ["q2", "q3"]
+
+
+FORGED = [
+    "bm90LWEtcG9zaXRpb24",  # base64 of "not-a-position"
+    "garbage!",
+    "WyJ4IiwieCJd",  # ["x","x"]: not [int, str]
+    "WzEuNSwieCJd",  # [1.5,"x"]
+    "Wy01LCIiXQ",  # [-5,""]
+    "WzEsMiwzXQ",  # [1,2,3]
+    "e30",  # {}
+    "-1",
+    "",
+    "A" * 600,  # too long: refused by the parameter's max_length
+]
+
+
+def test_a_forged_position_is_400(client: TestClient) -> None:
+    got = {p: _error(client, "/v1/exchanges", {"recorded_after": p}) for p in FORGED}
+    assert got == {**dict.fromkeys(FORGED, (400, "invalid_cursor")), "A" * 600: (400, "invalid_parameter")}
+
+
+# ----- stats -----
+
+STATS: dict[str, list[dict[str, Any]]] = {
+    "model": [
+        {"model": "claude-3", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
+        {"model": "gpt-4o", "exchanges": 3, "input_tokens": 11, "output_tokens": 7, "usage_not_reported": 1},
+        {"model": None, "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+    ],
+    "day": [
+        {"day": "2025-06-01", "exchanges": 4, "input_tokens": 31, "output_tokens": 14, "usage_not_reported": 1},
+        {"day": "2025-06-03", "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+    ],
+    "user": [
+        {"user": "alice", "exchanges": 2, "input_tokens": 10, "output_tokens": 5, "usage_not_reported": 1},
+        {"user": "bob", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
+        {"user": "carol", "exchanges": 1, "input_tokens": 1, "output_tokens": 2, "usage_not_reported": 0},
+        {"user": None, "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+    ],
+    "dialect": [
+        {
+            "dialect": "anthropic-messages",
+            "exchanges": 1,
+            "input_tokens": 20,
+            "output_tokens": 7,
+            "usage_not_reported": 0,
+        },
+        {"dialect": "openai-chat", "exchanges": 4, "input_tokens": 14, "output_tokens": 7, "usage_not_reported": 1},
+    ],
+    "host": [
+        {"host": "api.anthropic.com", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
+        {"host": "api.openai.com", "exchanges": 3, "input_tokens": 11, "output_tokens": 7, "usage_not_reported": 1},
+        {"host": "localhost", "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+    ],
+}
+
+
+def test_stats_by_hand(client: TestClient) -> None:
+    """Counts, token sums (of what was reported) and usage_not_reported per group, ordered by
+    the key, the group without one (null) last on both engines; day: the UTC date."""
+    got = {g: _get(client, "/v1/stats", {"group_by": g}) for g in STATS}
+    assert got == {g: {"group_by": g, "filters": {}, "groups": groups} for g, groups in STATS.items()}
+
+
+def test_stats_with_filters(client: TestClient) -> None:
+    body = _get(client, "/v1/stats", {"group_by": "day", "user": "alice", "since": "2025-06-01T10:30:00+00:00"})
+    assert body == {
+        "group_by": "day",
+        "filters": {"since": "2025-06-01T10:30:00.000000Z", "user": "alice"},
+        "groups": [
+            {"day": "2025-06-01", "exchanges": 1, "input_tokens": 0, "output_tokens": 0, "usage_not_reported": 1}
+        ],
+    }
+    assert _get(client, "/v1/stats", {"group_by": "host", "model": "none-such"})["groups"] == []
+    assert _get(client, "/v1/stats", {"group_by": "model", "tool": "get_weather"})["groups"] == [
+        {"model": "claude-3", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
+        {"model": "gpt-4o", "exchanges": 1, "input_tokens": 10, "output_tokens": 5, "usage_not_reported": 0},
+    ]
+    assert _get(client, "/v1/stats", {"group_by": "user", "violation": "seq_gap"})["groups"] == [
+        {"user": "alice", "exchanges": 1, "input_tokens": 0, "output_tokens": 0, "usage_not_reported": 1},
+        {"user": None, "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+    ]
+
+
+def test_stats_day_is_the_utc_date_around_midnight(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
+    """23:59:59.999999 UTC and 00:00 UTC are two days, whatever offset the record was made with."""
+    plus_9 = timezone(timedelta(hours=9))
+    store.write_many(
+        [
+            make_exchange("d1", datetime(2025, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)),
+            make_exchange("d2", datetime(2026, 1, 1, 9, 0, tzinfo=plus_9)),  # 00:00 UTC
+            make_exchange("d3", datetime(2026, 1, 1, 8, 59, tzinfo=plus_9)),  # 23:59 UTC the day before
+        ]
+    )
+    with TestClient(create_app(store, TOKEN)) as c:
+        groups = _get(c, "/v1/stats", {"group_by": "day"})["groups"]
+    assert [(g["day"], g["exchanges"], g["usage_not_reported"]) for g in groups] == [
+        ("2025-12-31", 2, 2),
+        ("2026-01-01", 1, 1),
+    ]
+
+
+def test_search_folds_accents_alike_on_both_engines(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
+    """What unicode61 folds (a Latin letter with marks, text written decomposed too) PostgreSQL
+    folds (``search.FOLD_FROM``); what it keeps (ø, ß) both keep."""
+    texts = {"n1": "cafe\u0301 crème", "n2": "Tiếng Việt", "n3": "Søren Straße", "n4": "ÉCOLE Ångström"}
+    store.write_many([make_exchange(i, T0, blocks=[Block(index=0, text=t)]) for i, t in texts.items()])
+    with TestClient(create_app(store, TOKEN)) as c:
+        got = {
+            q: _ids(c, {"q": q})
+            for q in ("café", "creme", "viet", "tieng", "søren", "soren", "straße", "ecole", "angstrom", "école")
+        }
+    assert got == {
+        "café": ["n1"],
+        "creme": ["n1"],
+        "viet": ["n2"],
+        "tieng": ["n2"],
+        "søren": ["n3"],
+        "soren": [],
+        "straße": ["n3"],
+        "ecole": ["n4"],
+        "angstrom": ["n4"],
+        "école": ["n4"],
+    }
