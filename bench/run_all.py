@@ -37,6 +37,7 @@ SUITES: list[tuple[str, int, int]] = [
     ("verify", 300, 60),
     ("purge", 400, 60),
     ("export", 300, 60),
+    ("queries", 3000, 120),
     ("latency", 240, 90),
     ("load", 300, 90),
     ("bulk", 180, 90),

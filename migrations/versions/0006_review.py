@@ -9,8 +9,9 @@ Create Date: 2026-12-01
 for those rows and the storing transaction's id by default for new ones), ``conversation_id``
 and ``continuation_hash`` (``observer.conversation``), one (column, started_at, id) index per
 filtered column in place of the single-column ones, and full-text search
-(``observer.store.search``: an FTS5 table on SQLite filled from the rows there, a GIN
-expression index on PostgreSQL). Written by hand to match ``observer/store/models.py``.
+(``observer.store.search``: an FTS5 table on SQLite filled from the rows there; on
+PostgreSQL a ``tsvector`` column, filled for the rows there by the server's ``simple``
+configuration, under a GIN index). Written by hand to match ``observer/store/models.py``.
 """
 
 from __future__ import annotations
@@ -172,8 +173,27 @@ def _exchanges(pg: bool) -> None:
     op.create_index("ix_exchanges_continuation_hash", "exchanges", ["continuation_hash"])
     op.create_index("ix_exchanges_stored_seq_id", "exchanges", ["stored_seq", "id"])
     if pg:
+        op.add_column(
+            "exchanges",
+            sa.Column(
+                "search_vector",
+                postgresql.TSVECTOR(),
+                nullable=True,
+                comment="PostgreSQL: the words of prompt and completion (observer.store.search); null on SQLite",
+            ),
+        )
+        op.execute(f"UPDATE exchanges SET search_vector = {search.BACKFILL_VECTOR_PG}")
         op.execute(search.CREATE_SEARCH_INDEX_PG)
     else:
+        with op.batch_alter_table("exchanges") as batch:
+            batch.add_column(
+                sa.Column(
+                    "search_vector",
+                    sa.Text(),
+                    nullable=True,
+                    comment="PostgreSQL: the words of prompt and completion (observer.store.search); null on SQLite",
+                )
+            )
         op.execute(search.CREATE_FTS_SQLITE)
         op.execute(
             f"INSERT INTO {search.FTS_TABLE} (rowid, prompt, completion) "
@@ -194,11 +214,11 @@ def downgrade() -> None:
     for name in ("stored_seq_id", "continuation_hash", "request_id", *(f"{c}_started_at_id" for c in FILTER_INDEXED)):
         op.drop_index(f"ix_exchanges_{name}", table_name="exchanges")
     if pg:
-        for name in ("stored_seq", "conversation_id", "continuation_hash"):
+        for name in ("stored_seq", "conversation_id", "continuation_hash", "search_vector"):
             op.drop_column("exchanges", name)
     else:
         with op.batch_alter_table("exchanges") as batch:
-            for name in ("stored_seq", "conversation_id", "continuation_hash"):
+            for name in ("stored_seq", "conversation_id", "continuation_hash", "search_vector"):
                 batch.drop_column(name)
     for name in OLD_INDEXES:
         op.create_index(f"ix_exchanges_{name}", "exchanges", [name])

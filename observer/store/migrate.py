@@ -42,7 +42,7 @@ def include_name(name: str | None, type_: str, parent_names: object) -> bool:
     (``observer.store.partitions``) out of autogenerate's comparison (``alembic check``): they
     are made at run time, not declared in the models. So are the full-text search objects
     (``observer.store.search``), which SQLAlchemy cannot declare: the FTS5 table (SQLite) and the
-    GIN expression index (PostgreSQL)."""
+    GIN index of the search column (PostgreSQL, an index SQLAlchemy cannot declare per engine)."""
     if type_ == "table" and name is not None:
         # ... and SQLite's FTS5 table with its shadow tables (observer.store.search).
         return not (is_partition(name) or name.startswith(search.FTS_TABLE))

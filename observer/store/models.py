@@ -36,7 +36,7 @@ from sqlalchemy import (
     Text,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -194,6 +194,10 @@ class ExchangeRow(Base):
     )
     continuation_hash: Mapped[str | None] = mapped_column(
         String(64), comment="Hash of the request's messages and this answer (observer.conversation)"
+    )
+    search_vector: Mapped[str | None] = mapped_column(
+        Text().with_variant(TSVECTOR(), "postgresql"),
+        comment="PostgreSQL: the words of prompt and completion (observer.store.search); null on SQLite",
     )
 
     blocks: Mapped[list[BlockRow]] = relationship(

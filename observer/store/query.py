@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, case, exists, func, literal, select, tuple_
+from sqlalchemy import Connection, Engine, Select, and_, case, exists, func, literal, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from observer.shape import rfc3339
@@ -79,9 +79,17 @@ class Filters:
         return out
 
 
-def where(filters: Filters, dialect: str) -> list[ColumnElement[bool]]:
-    """The SQL conditions of ``filters`` on ``exchanges``. Raises ``ValueError`` for a ``q``
-    without a word (``observer.store.search.words``)."""
+#: A child filter (``tool``, ``violation``) or SQLite search matching at most this many rows is
+#: applied as the set of their records (``IN``); above it, row by row along the page's index
+#: (``EXISTS``): the first reads few index entries when matches are rare, the second stops after
+#: a page when they are common (bench/queries.py measured both sides of it).
+SELECTIVE_MAX = 5000
+
+
+def where(filters: Filters, conn: Connection) -> list[ColumnElement[bool]]:
+    """The SQL conditions of ``filters`` on ``exchanges`` for the engine of ``conn`` (which
+    counts, capped, how selective the child and search filters are). Raises ``ValueError`` for
+    a ``q`` without a word (``observer.store.search.words``)."""
     ex = ExchangeRow.__table__
     conds: list[ColumnElement[bool]] = []
     if filters.since is not None:
@@ -92,23 +100,30 @@ def where(filters: Filters, dialect: str) -> list[ColumnElement[bool]]:
         value = getattr(filters, name)
         if value is not None:
             conds.append(ex.c[column] == value)
-    if filters.tool is not None:
-        tc = ToolCallRow.__table__
-        conds.append(
-            exists().where(
-                tc.c.exchange_id == ex.c.id, tc.c.exchange_started_at == ex.c.started_at, tc.c.name == filters.tool
+    tc, vt = ToolCallRow.__table__, ViolationRow.__table__
+    for value, child, match in ((filters.tool, tc, tc.c.name), (filters.violation, vt, vt.c.kind)):
+        if value is None:
+            continue
+        if _few(conn, select(child.c.exchange_id).where(match == value)):
+            keys = select(child.c.exchange_id, child.c.exchange_started_at).where(match == value)
+            conds.append(tuple_(ex.c.id, ex.c.started_at).in_(keys))
+        else:
+            conds.append(
+                exists().where(
+                    child.c.exchange_id == ex.c.id, child.c.exchange_started_at == ex.c.started_at, match == value
+                )
             )
-        )
-    if filters.violation is not None:
-        vt = ViolationRow.__table__
-        conds.append(
-            exists().where(
-                vt.c.exchange_id == ex.c.id, vt.c.exchange_started_at == ex.c.started_at, vt.c.kind == filters.violation
-            )
-        )
     if filters.q is not None:
-        conds.append(search.condition(dialect, filters.q, ex.c.stored_seq))
+        dialect = conn.dialect.name
+        few = dialect != "sqlite" or _few(conn, search.matches_sqlite(filters.q))
+        conds.append(search.condition(dialect, filters.q, ex.c.stored_seq, few=few))
     return conds
+
+
+def _few(conn: Connection, rows: Select[Any]) -> bool:
+    """Whether ``rows`` has at most ``SELECTIVE_MAX`` rows (reading at most one more)."""
+    capped = rows.limit(SELECTIVE_MAX + 1).subquery()
+    return (conn.scalar(select(func.count()).select_from(capped)) or 0) <= SELECTIVE_MAX
 
 
 def page(engine: Engine, filters: Filters, limit: int = 50, cursor: str | None = None) -> tuple[list[Item], str | None]:
@@ -117,12 +132,12 @@ def page(engine: Engine, filters: Filters, limit: int = 50, cursor: str | None =
     outside 1..``LIST_LIMIT_MAX`` or a bad ``q``."""
     _check_limit(limit)
     ex = ExchangeRow.__table__
-    stmt = select(*SUMMARY_COLUMNS).where(*where(filters, engine.dialect.name))
-    if cursor is not None:
-        started_at, last_id = decode_cursor(cursor)
-        stmt = stmt.where(tuple_(ex.c.started_at, ex.c.id) < tuple_(started_at, last_id))
-    stmt = stmt.order_by(ex.c.started_at.desc(), ex.c.id.desc()).limit(limit + 1)
+    after = decode_cursor(cursor) if cursor is not None else None
     with engine.connect() as conn:
+        stmt = select(*SUMMARY_COLUMNS).where(*where(filters, conn))
+        if after is not None:
+            stmt = stmt.where(tuple_(ex.c.started_at, ex.c.id) < tuple_(*after))
+        stmt = stmt.order_by(ex.c.started_at.desc(), ex.c.id.desc()).limit(limit + 1)
         rows = conn.execute(stmt).all()
     items = [summary_from_row(r._mapping) for r in rows[:limit]]
     next_cursor = encode_cursor(rows[limit - 1].started_at, rows[limit - 1].id) if len(rows) > limit else None
@@ -141,9 +156,9 @@ def feed(engine: Engine, filters: Filters, after: str, limit: int = 50) -> tuple
     _check_limit(limit)
     ex = ExchangeRow.__table__
     key, last_id = decode_position(after)
-    stmt = select(*SUMMARY_COLUMNS, ex.c.stored_seq).where(*where(filters, engine.dialect.name))
-    stmt = stmt.where(tuple_(ex.c.stored_seq, ex.c.id) > tuple_(key, last_id))
     with engine.connect() as conn:
+        stmt = select(*SUMMARY_COLUMNS, ex.c.stored_seq).where(*where(filters, conn))
+        stmt = stmt.where(tuple_(ex.c.stored_seq, ex.c.id) > tuple_(key, last_id))
         bound = horizon(conn)
         if bound is not None:
             stmt = stmt.where(ex.c.stored_seq < bound)
@@ -197,21 +212,21 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
     else:
         key = ex.c[COLUMN_FILTERS[group_by]]
     key = key.label("key")
-    stmt = (
-        select(
-            key,
-            func.count().label("exchanges"),
-            func.coalesce(func.sum(ex.c.input_tokens), 0).label("input_tokens"),
-            func.coalesce(func.sum(ex.c.output_tokens), 0).label("output_tokens"),
-            func.coalesce(func.sum(case((ex.c.usage_reported, literal(0)), else_=literal(1))), 0).label(
-                "usage_not_reported"
-            ),
-        )
-        .where(and_(literal(True), *where(filters, engine.dialect.name)))
-        .group_by(key)
-        .order_by(key.asc().nulls_last())  # the engines differ without it (SQLite: NULL first)
-    )
     with engine.connect() as conn:
+        stmt = (
+            select(
+                key,
+                func.count().label("exchanges"),
+                func.coalesce(func.sum(ex.c.input_tokens), 0).label("input_tokens"),
+                func.coalesce(func.sum(ex.c.output_tokens), 0).label("output_tokens"),
+                func.coalesce(func.sum(case((ex.c.usage_reported, literal(0)), else_=literal(1))), 0).label(
+                    "usage_not_reported"
+                ),
+            )
+            .where(and_(literal(True), *where(filters, conn)))
+            .group_by(key)
+            .order_by(key.asc().nulls_last())  # the engines differ without it (SQLite: NULL first)
+        )
         return [
             {
                 group_by: r.key,

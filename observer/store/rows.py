@@ -77,9 +77,17 @@ SUMMARY_KEYS: tuple[str, ...] = (
 
 _CHILD_COLUMNS = ("exchange_id", "exchange_started_at", "position")  # columns of every child table that are not fields
 #: ``exchanges`` columns the store sets, not the record (``write_many``): the journal's
-#: numbering, the chain hash, the order of storing (``observer.store.stored``) and the
-#: conversation (``observer.conversation``).
-JOURNAL_COLUMNS = ("writer_id", "seq", "record_hash", "stored_seq", "conversation_id", "continuation_hash")
+#: numbering, the chain hash, the order of storing (``observer.store.stored``), the
+#: conversation (``observer.conversation``) and the search words (``observer.store.search``).
+JOURNAL_COLUMNS = (
+    "writer_id",
+    "seq",
+    "record_hash",
+    "stored_seq",
+    "conversation_id",
+    "continuation_hash",
+    "search_vector",
+)
 
 
 def _column_names(table: FromClause) -> set[str]:

@@ -10,22 +10,28 @@ the same on both engines.
   https://sqlite.org/fts5.html §4.3.1) whose rowid is the record's ``stored_seq``; the store
   fills it in the transaction that stores the records (``index_sqlite``) and a purge deletes
   from it (``unindex_sqlite``). It keeps a copy of the searched text.
-- PostgreSQL: a GIN index on ``SEARCH_VECTOR_PG`` (``simple`` configuration: no stemming, no
-  stop words, like unicode61), queried with ``plainto_tsquery`` (words ANDed,
-  https://www.postgresql.org/docs/15/textsearch-controls.html); nothing is copied. ``simple``
-  keeps accents, so both sides pass through ``translate`` with ``FOLD_FROM``/``FOLD_TO`` first
-  (what unicode61 folds: a Latin letter with combining marks -> the letter, lone marks
-  dropped), a built-in immutable function: no ``unaccent`` extension needed (trial finding:
-  ``CAFE`` did not find ``café`` on PostgreSQL).
+- PostgreSQL: the column ``search_vector`` (``tsvector``), filled by the storing transaction
+  from ``lexemes`` of the same text and matched with ``@@`` against a ``tsquery`` of the
+  query's lexemes, under a GIN index (https://www.postgresql.org/docs/15/datatype-textsearch.html
+  §8.11.1-2: the literals are lexemes as given, no parser or dictionary runs), so both engines
+  fold the same way and a row's vector is never recomputed by a query. Records stored before
+  migration 0006 get the server's ``to_tsvector('simple', ...)`` of the same fields, without
+  accent folding. (An expression index with ``translate`` for the folding cost 3.8 ms per row
+  on insert: bench/queries.py.)
+
+**Words** (``lexemes``, ``words``): runs of Unicode word characters (``\\w+``) after lower-
+casing and removal of combining marks (NFD), what FTS5's ``unicode61 remove_diacritics 2``
+does for Latin text: ``CAFÉ`` and ``cafe`` are one word; ``ø``, ``ß``, ``æ`` stay as they are.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, column, delete, select, table, text
+from sqlalchemy import Connection, Select, column, delete, exists, select, table, text
 from sqlalchemy.sql.elements import ColumnElement
 
 from observer.store.models import ExchangeRow
@@ -41,32 +47,13 @@ PROMPT_SQLITE = (
 )
 
 
-def _fold_table() -> tuple[str, str]:
-    """(from, to) of ``translate``: each Latin letter of U+00C0..U+024F and U+1E00..U+1EFF whose
-    canonical decomposition is an ASCII letter and combining marks -> that letter (unicode61
-    ``remove_diacritics 2`` folds these; it leaves ``ø``, ``ł``, ``ß``, ``æ`` as they are), then
-    the combining marks U+0300..U+036F, dropped (text written decomposed)."""
-    import unicodedata
-
-    src, dst = [], []
-    for cp in (*range(0xC0, 0x250), *range(0x1E00, 0x1F00)):
-        decomposed = unicodedata.normalize("NFD", chr(cp))
-        base, marks = decomposed[0], decomposed[1:]
-        if marks and base.isascii() and base.isalpha() and all(unicodedata.category(m) == "Mn" for m in marks):
-            src.append(chr(cp))
-            dst.append(base)
-    return "".join(src) + "".join(chr(cp) for cp in range(0x300, 0x370)), "".join(dst)
-
-
-FOLD_FROM, FOLD_TO = _fold_table()
-_FOLD = f"'{FOLD_FROM}', '{FOLD_TO}'"
-#: The indexed expression on PostgreSQL (``ix_exchanges_search``).
-SEARCH_VECTOR_PG = (
-    f"(to_tsvector('simple', translate(text, {_FOLD}))"
-    f" || jsonb_to_tsvector('simple', translate((request -> 'messages')::text, {_FOLD})::jsonb, '[\"string\"]'))"
-)
 SEARCH_INDEX_PG = "ix_exchanges_search"
-CREATE_SEARCH_INDEX_PG = f"CREATE INDEX {SEARCH_INDEX_PG} ON exchanges USING gin ({SEARCH_VECTOR_PG})"
+CREATE_SEARCH_INDEX_PG = f"CREATE INDEX {SEARCH_INDEX_PG} ON exchanges USING gin (search_vector)"
+#: The vector of a record stored before the column existed (migration 0006), computed by the server.
+BACKFILL_VECTOR_PG = "to_tsvector('simple', text) || jsonb_to_tsvector('simple', request -> 'messages', '[\"string\"]')"
+#: Longest lexeme kept (characters; PostgreSQL allows 2 KiB) and most lexemes per record.
+LEXEME_MAX = 200
+LEXEMES_MAX = 20_000
 
 #: Longest ``q`` accepted, in characters, and most words.
 QUERY_MAX_CHARS = 500
@@ -89,21 +76,78 @@ def words(q: str) -> list[str]:
     return found
 
 
+def fold(value: str) -> str:
+    """``value`` lower-cased, canonically decomposed (NFD), without combining marks (``ß`` stays:
+    ``str.casefold`` would make it ``ss``, which FTS5 does not)."""
+    decomposed = unicodedata.normalize("NFD", value.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def lexemes(texts: Iterable[str]) -> list[str]:
+    """The distinct words of ``texts`` (folded, module docstring), in first-seen order, at most
+    ``LEXEMES_MAX``, each at most ``LEXEME_MAX`` characters (longer runs are left out)."""
+    seen: dict[str, None] = {}
+    for value in texts:
+        for w in _WORD.findall(fold(value)):
+            if len(w) <= LEXEME_MAX and w not in seen:
+                seen[w] = None
+                if len(seen) >= LEXEMES_MAX:
+                    return list(seen)
+    return list(seen)
+
+
+def _quoted(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tsvector(record: Mapping[str, Any]) -> str:
+    """The ``tsvector`` literal of a record dict (``Exchange.to_dict()``): its text and the
+    strings of its request messages."""
+    texts: list[str] = [record.get("text") or ""]
+    _strings((record.get("request") or {}).get("messages"), texts)
+    return " ".join(_quoted(w) for w in lexemes(texts))
+
+
+def _strings(value: Any, out: list[str], depth: int = 0) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif depth < 64 and isinstance(value, list):
+        for v in value:
+            _strings(v, out, depth + 1)
+    elif depth < 64 and isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out, depth + 1)
+
+
+def tsquery(q: str) -> str:
+    """The ``tsquery`` literal of ``q``: every word, ANDed. Raises ``ValueError`` as ``words``."""
+    return " & ".join(_quoted(w) for w in dict.fromkeys(_WORD.findall(fold(" ".join(words(q))))))
+
+
 def fts5_query(q: str) -> str:
     """An FTS5 MATCH expression holding every word of ``q`` as a quoted string (so ``AND``,
     ``NEAR``, ``*`` or ``"`` in ``q`` are words, not operators; FTS5 §3.1)."""
     return " ".join('"' + w.replace('"', '""') + '"' for w in words(q))
 
 
-def condition(dialect: str, q: str, stored_seq: ColumnElement[int]) -> ColumnElement[bool]:
+def matches_sqlite(q: str) -> Select[Any]:
+    """SQLite: the FTS5 rowids (``stored_seq``) of the records matching ``q``."""
+    fts = table(FTS_TABLE, column("rowid"))
+    return select(fts.c.rowid).where(text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=fts5_query(q)))
+
+
+def condition(dialect: str, q: str, stored_seq: ColumnElement[int], *, few: bool = True) -> ColumnElement[bool]:
     """The WHERE condition of ``q`` on the exchanges table for ``dialect`` (``sqlite`` or
-    ``postgresql``). Raises ``ValueError`` as ``words`` does."""
+    ``postgresql``). On SQLite ``few`` (matches are few: ``observer.store.query.SELECTIVE_MAX``)
+    takes the set of matching rowids, else probes the FTS5 index per row along the page's order
+    (a common word: the page fills after a few rows). Raises ``ValueError`` as ``words`` does."""
     if dialect == "sqlite":
+        if few:
+            return stored_seq.in_(matches_sqlite(q))
         fts = table(FTS_TABLE, column("rowid"))
-        match = select(fts.c.rowid).where(text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=fts5_query(q)))
-        return stored_seq.in_(match)
-    joined = " ".join(words(q))
-    return text(f"{SEARCH_VECTOR_PG} @@ plainto_tsquery('simple', translate(:pg_q, {_FOLD}))").bindparams(pg_q=joined)  # type: ignore[return-value]
+        match = text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=fts5_query(q))
+        return exists().where(match, fts.c.rowid == stored_seq)
+    return text("exchanges.search_vector @@ CAST(:pg_q AS tsquery)").bindparams(pg_q=tsquery(q))  # type: ignore[return-value]
 
 
 def index_sqlite(conn: Connection, first: int, last: int) -> None:

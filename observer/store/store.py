@@ -156,6 +156,10 @@ class AuditStore:
                         first = reserve_stored_seq(session.connection(), len(exchanges))
                         for n, row in enumerate(exchanges):
                             row["stored_seq"] = first + n
+                            row["search_vector"] = None
+                    elif exchanges:
+                        for row in exchanges:
+                            row["search_vector"] = search.tsvector(by_id[row["id"]].to_dict())
                     # Core inserts on the tables (the ORM's bulk insert would split the batch into one
                     # statement per run of rows with the same NULL columns).
                     tables = ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows))

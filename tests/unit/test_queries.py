@@ -151,9 +151,12 @@ FILTERS: list[tuple[dict[str, str], list[str]]] = [
 ]
 
 
-def test_filters(client: TestClient) -> None:
+@pytest.mark.parametrize("selective_max", [5000, 0], ids=["as-a-set", "row-by-row"])
+def test_filters(client: TestClient, monkeypatch: pytest.MonkeyPatch, selective_max: int) -> None:
     """Each filter and combination of ``FILTERS``: exactly the ids written there (one database
-    for all of them: a migrated database per case would take minutes)."""
+    for all of them: a migrated database per case would take minutes), with the child and
+    search filters applied either way (``observer.store.query.SELECTIVE_MAX``)."""
+    monkeypatch.setattr("observer.store.query.SELECTIVE_MAX", selective_max)
     got = {str(params): _ids(client, params) for params, _ in FILTERS}
     assert got == {str(params): expected for params, expected in FILTERS}
 
@@ -205,9 +208,11 @@ SEARCHES: list[tuple[str, list[str]]] = [
 ]
 
 
-def test_search(client: TestClient) -> None:
+@pytest.mark.parametrize("selective_max", [5000, 0], ids=["as-a-set", "row-by-row"])
+def test_search(client: TestClient, monkeypatch: pytest.MonkeyPatch, selective_max: int) -> None:
     """q: every word in the prompt or completion, case- and accent-insensitive, no operators
     (FTS5's and tsquery's operator characters are words or nothing, never a 500)."""
+    monkeypatch.setattr("observer.store.query.SELECTIVE_MAX", selective_max)
     got = {q: _ids(client, {"q": q}) for q, _ in SEARCHES}
     assert got == dict(SEARCHES)
 
