@@ -59,7 +59,7 @@ $(BENCH_STAMP): $(STAMP) requirements.lock requirements-bench.lock
 	$(PY) -m pip install -q -c requirements.lock -r requirements-bench.lock
 	@touch $(BENCH_STAMP)
 
-# Every benchmark suite, figures against a baseline measured in the same run (< 15 min on 2 cores).
+# Every benchmark suite, figures against a baseline measured in the same run (< 45 min on 2 cores: the query suite builds two 1M stores).
 bench: $(BENCH_STAMP)
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 

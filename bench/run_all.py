@@ -6,7 +6,7 @@ baseline, ratio and target. Order: the in-process suites first (core, store), th
 suites (latency, load, bulk, scale-out), and the memory soak last (it is most of the wall time:
 ``--soak-seconds``, default 600).
 
-    .venv/bin/python bench/run_all.py                     # make bench, < 15 min on 2 cores
+    .venv/bin/python bench/run_all.py                     # make bench, < 45 min on 2 cores (queries: ~25)
     .venv/bin/python bench/run_all.py --smoke             # make bench-smoke, each suite in seconds
     .venv/bin/python bench/run_all.py --only core,load    # a subset
     .venv/bin/python bench/run_all.py --json results.json # all reports in one file

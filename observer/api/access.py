@@ -10,6 +10,12 @@ caller gets 503 ``access_log_unavailable`` instead of the data (fail closed: no 
 log line). An exception escaping the app is logged with status 500, then re-raised (Starlette
 answers 500).
 
+A call whose method may change something (not GET, HEAD, OPTIONS) is logged twice: before it
+runs (status ``BEGUN``, 0; the path as requested, no route matched yet) and when answered; if
+the first entry cannot be written the call is refused with 503 and nothing runs, so no change is
+ever made unlogged (trial finding: a hold, an incident, an export and a purge were made while
+their one entry, written with the answer, failed).
+
 What a route returned is told by ``note(request, rows=, ids=, body=)``. Not logged: the probes
 ``/healthz`` and ``/readyz`` (they read no record and run every few seconds).
 
@@ -20,6 +26,7 @@ caller cannot bloat the log; ``ids`` keeps at most ``IDS_MAX``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import datetime, timezone
 from typing import Any
@@ -43,6 +50,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 UNLOGGED = frozenset({"/healthz", "/readyz"})
+#: Methods that change nothing: logged once, when answered. Any other is logged twice.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: The status of the entry a changing call gets before it runs.
+BEGUN = 0
 PARAM_KEYS = 50
 PARAM_CHARS = 500
 PATH_CHARS = 1000
@@ -71,6 +82,9 @@ class AccessLog:
         self.bootstrap = bootstrap
         self.key = key
         self._store_id: str | None = None
+        #: The highest seq this process appended: a head below it means entries were deleted.
+        self._last_seq = 0
+        self._lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in UNLOGGED:
@@ -91,6 +105,13 @@ class AccessLog:
             await _error(send, 503, "store_unavailable", "the audit store is unavailable")
             return
         state["authentication"] = auth
+        if scope.get("method") not in SAFE_METHODS:
+            # A call that may change the store is logged before it runs (status 0, the path as
+            # requested: no route is matched yet), so no change is made unlogged; its answer
+            # follows in a second entry. Not written: the call is refused and nothing runs.
+            if not await self._log(scope, auth, BEGUN):
+                await _error(send, 503, "access_log_unavailable", "the access log cannot be written; nothing was done")
+                return
         dropping = False
         logged = False
 
@@ -127,7 +148,9 @@ class AccessLog:
     def _append(self, entry: access.Entry) -> None:
         if self._store_id is None:
             self._store_id = self.store.store_id()
-        access.append(self.store.engine, self._store_id, entry, self.key)
+        row = access.append(self.store.engine, self._store_id, entry, self.key, after=self._last_seq)
+        with self._lock:
+            self._last_seq = max(self._last_seq, row["seq"])
 
 
 def _entry(scope: Scope, auth: Authentication, status: int) -> access.Entry:

@@ -25,6 +25,7 @@ from typing import Any
 
 from observer.shape import rfc3339
 from observer.store.checkpoint import CheckpointKey
+from observer.store.exportjobs import error_text
 from observer.store.manifest import MANIFEST, SIGNATURE
 from observer.store.reader import RecordFilter
 from observer.store.store import AuditStore
@@ -106,7 +107,7 @@ class ExportJobs:
                 self.store, f, job.format, self.directory / job.id, self.key, total=total, progress=progress
             )
         except Exception as exc:  # noqa: BLE001 - any failure is the job's outcome, told to its caller
-            job.error = str(exc)[:2000] or type(exc).__name__
+            job.error = error_text(exc)[:2000]  # one line: a driver's, never its statement
             job.status = "failed"
             log.warning("audit API: export %s failed: %s", job.id, job.error)
             return

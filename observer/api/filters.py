@@ -3,7 +3,8 @@
 Each is a query parameter given at most once (``observer.api.params``); a bad value is 400
 ``invalid_parameter`` naming it: a time that is not RFC 3339 with an offset, text longer than
 ``VALUE_MAX`` characters or holding a NUL (PostgreSQL refuses NUL in text), a ``q`` without a
-word. ``q`` (full-text search of content) needs the ``content`` permission: a viewer may not
+word, an ``outcome`` or ``violation`` that is none of the record's (``observer.records``). ``q``
+(full-text search of content) needs the ``content`` permission: a viewer may not
 search what it may not read.
 """
 
@@ -16,11 +17,15 @@ from fastapi import Depends, Query, Request, status
 
 from observer.api.auth import principal_of
 from observer.api.errors import APIError
+from observer.records import Outcome, ViolationKind
 from observer.shape import parse_rfc3339
 from observer.store import search
 from observer.store.query import Filters
 
 VALUE_MAX = 500
+#: The closed vocabularies (``observer.records``): another value is a typo, not an empty answer.
+OUTCOMES = frozenset(o.value for o in Outcome)
+VIOLATIONS = frozenset(v.value for v in ViolationKind)
 
 _TIME = "RFC 3339 with an offset, e.g. 2025-06-01T00:00:00Z"
 
@@ -92,6 +97,11 @@ def filters(
         "conversation_id": conversation_id,
         "q": q,
     }
+    for name, value, vocabulary in (("outcome", outcome, OUTCOMES), ("violation", violation, VIOLATIONS)):
+        if value is not None and value not in vocabulary:
+            raise APIError(
+                status.HTTP_400_BAD_REQUEST, "invalid_parameter", f"{name}: one of {', '.join(sorted(vocabulary))}"
+            )
     since_at, until_at = time_value("since", since), time_value("until", until)
     if since_at is not None and until_at is not None and until_at <= since_at:
         raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", "until must be after since")

@@ -87,9 +87,11 @@ class RequestOut(_Schema):
         description="As sent; binary parts reduced to type and data_bytes; null for a role without the content"
         " permission"
     )
-    tools: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = Field(
+        description="Declared tools as sent; null for a role without the content permission"
+    )
     parameters: dict[str, Any]
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] | None = Field(description="As sent; null for a role without the content permission")
     extensions: list[str]
     body_bytes: int
     tool_names: list[str] = Field(description="Declared tool names, normalised from the dialect's tool shape")

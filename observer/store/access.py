@@ -15,6 +15,7 @@ so concurrent API workers and hosts extend one chain; an append is one short tra
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,10 @@ from observer.store.models import AccessLogRow, CheckpointRow, StoreMetaRow
 CHECKPOINT_EVERY = 100
 CHECKPOINT_AFTER = timedelta(seconds=30)
 LOCK_KEY = "access_log"
+#: The endpoint of the entry that records a deletion of the log's newest entries (``append``).
+TRUNCATED = "(access log truncated)"
 #: Namespace of the access log's writer id (a UUID 5 of the store id: ``access_writer``).
+log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("3f1c6a52-4f0e-5b8e-9d6a-0c5f1e2d7a91")
 
 
@@ -59,15 +63,18 @@ class Entry:
 
 
 def append(
-    engine: Engine, store_id: str, entry: Entry, key: CheckpointKey | None, *, attempts: int = 3
+    engine: Engine, store_id: str, entry: Entry, key: CheckpointKey | None, *, after: int = 0, attempts: int = 3
 ) -> dict[str, Any]:
     """Appends ``entry`` (and a checkpoint when due, signed with ``key``; none without one) in
-    one transaction; returns the row written. Raises ``sqlalchemy.exc.SQLAlchemyError`` when
-    the database refuses (the caller must then not answer the call)."""
+    one transaction; returns the row written. ``after``: the highest seq the caller appended
+    before; a head below it means entries were deleted since, and a ``TRUNCATED`` entry saying
+    so is appended first (chained and signed like any: the deletion cannot be hidden by the
+    entries that follow). Raises ``sqlalchemy.exc.SQLAlchemyError`` when the database refuses
+    (the caller must then not answer the call)."""
     for attempt in range(1, attempts + 1):
         try:
             with engine.begin() as conn:
-                return _append(conn, store_id, entry, key)
+                return _append(conn, store_id, entry, key, after)
         except sa_exc.IntegrityError:
             # The lock row was made by two processes at once, or a seq taken: read the head again.
             if attempt == attempts:
@@ -75,13 +82,36 @@ def append(
     raise AssertionError("unreachable")
 
 
-def _append(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | None) -> dict[str, Any]:
+def _append(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | None, after: int) -> dict[str, Any]:
     meta = StoreMetaRow.__table__
     locked = conn.execute(update(meta).where(meta.c.key == LOCK_KEY).values(value=meta.c.value)).rowcount
     if not locked:
         conn.execute(insert(meta), [{"key": LOCK_KEY, "value": ""}])
     table = AccessLogRow.__table__
     last = conn.execute(select(table.c.seq, table.c.record_hash).order_by(table.c.seq.desc()).limit(1)).first()
+    seq = 0 if last is None else last.seq
+    if seq < after:
+        log.error(
+            "access log: the newest entries were deleted (this process wrote seq %d, the log ends at %d)", after, seq
+        )
+        marker = Entry(
+            at=entry.at,
+            principal=None,
+            role=None,
+            client=None,
+            method="-",
+            endpoint=TRUNCATED,
+            path="",
+            params={"last_seq_written": after, "last_seq_found": seq},
+            status=0,
+        )
+        _insert(conn, store_id, marker, key, last)
+        last = conn.execute(select(table.c.seq, table.c.record_hash).order_by(table.c.seq.desc()).limit(1)).first()
+    return _insert(conn, store_id, entry, key, last)
+
+
+def _insert(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | None, last: Any) -> dict[str, Any]:
+    table = AccessLogRow.__table__
     seq, head = (0, GENESIS) if last is None else (last.seq, bytes.fromhex(last.record_hash))
     writer = access_writer(store_id)
     row: dict[str, Any] = {

@@ -66,17 +66,19 @@ class Scope:
 
     def __post_init__(self) -> None:
         if all(v is None for v in (self.since, self.until, self.end_user, self.host, self.exchange_ids)):
-            raise HoldError("a hold needs a scope: --since, --until, --user, --host or --id")
+            raise HoldError(
+                "a hold needs a scope: since, until, user, host or record ids (CLI: --since, --until, --user, --host, --id)"
+            )
         if self.since is not None and self.until is not None and self.since > self.until:
-            raise HoldError("the hold's --since is after its --until")
+            raise HoldError("the hold's since is after its until")
         for name in ("end_user", "host"):
             value = getattr(self, name)
-            if value is not None and not 0 < len(value) <= MAX_TEXT:
-                raise HoldError(f"the hold's {name} must be 1..{MAX_TEXT} characters")
+            if value is not None and (not 0 < len(value) <= MAX_TEXT or "\x00" in value):
+                raise HoldError(f"the hold's {name} must be 1..{MAX_TEXT} characters, without NUL")
         if self.exchange_ids is not None:
             if not 0 < len(self.exchange_ids) <= MAX_HOLD_IDS:
                 raise HoldError(f"a hold names 1..{MAX_HOLD_IDS} record ids")
-            bad = next((i for i in self.exchange_ids if not 0 < len(i) <= 36), None)
+            bad = next((i for i in self.exchange_ids if not 0 < len(i) <= 36 or "\x00" in i), None)
             if bad is not None:
                 raise HoldError(f"not a record id: {bad[:40]!r}")
 
@@ -103,8 +105,8 @@ class Scope:
 
 
 def _text(name: str, value: str) -> str:
-    if not value.strip() or len(value) > MAX_TEXT:
-        raise HoldError(f"the {name} must be 1..{MAX_TEXT} characters, not blank")
+    if not value.strip() or len(value) > MAX_TEXT or "\x00" in value:
+        raise HoldError(f"the {name} must be 1..{MAX_TEXT} characters, not blank, without NUL")
     return value
 
 

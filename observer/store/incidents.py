@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
@@ -56,6 +56,9 @@ CATEGORIES: dict[str, int | None] = {
 STATUSES = ("open", "reported", "closed")
 TRANSITIONS = {("open", "reported"), ("open", "closed"), ("reported", "closed")}
 TITLE_MAX = 500
+#: ``aware_at`` may be at most this far ahead of the clock (skew), and not before ``AWARE_MIN``.
+AWARE_SKEW = timedelta(days=1)
+AWARE_MIN = datetime(2000, 1, 1, tzinfo=timezone.utc)
 NOTE_MAX = 20_000
 LINK_MAX = 1000
 
@@ -76,9 +79,17 @@ def deadline(category: str, aware_at: datetime) -> datetime | None:
     return None if days is None else aware_at + timedelta(days=days)
 
 
-def _check(title: str | None = None, category: str | None = None, status: str | None = None) -> None:
+def _check(
+    title: str | None = None,
+    category: str | None = None,
+    status: str | None = None,
+    aware_at: datetime | None = None,
+    at: datetime | None = None,
+) -> None:
     if title is not None and (not title.strip() or len(title) > TITLE_MAX or "\x00" in title):
-        raise IncidentError(f"title: 1..{TITLE_MAX} characters, not blank")
+        raise IncidentError(f"title: 1..{TITLE_MAX} characters, not blank, without NUL")
+    if aware_at is not None and at is not None and not AWARE_MIN <= aware_at <= at + AWARE_SKEW:
+        raise IncidentError("aware_at: not in the future (one becomes aware of what happened), not before 2000")
     if category is not None and category not in CATEGORIES:
         raise IncidentError(f"category: one of {', '.join(CATEGORIES)}")
     if status is not None and status not in STATUSES:
@@ -100,7 +111,7 @@ def create_incident(
 ) -> dict[str, Any]:
     """Opens an incident (with a first note and linked exchanges, when given); returns it as
     ``get_incident`` does. Raises ``IncidentError``."""
-    _check(title, category)
+    _check(title, category, aware_at=aware_at, at=at)
     incident_id = str(uuid.uuid4())
     row = {
         "id": incident_id,
@@ -140,7 +151,7 @@ def update_incident(
 ) -> dict[str, Any]:
     """Changes what is given (a note is appended; ``link``: exchange ids to link and hold);
     returns the incident. Raises ``IncidentNotFound``, ``IncidentError`` (bad value, closed)."""
-    _check(title, category, status)
+    _check(title, category, status, aware_at, at)
     table = IncidentRow.__table__
     with engine.begin() as conn:
         lock(conn)  # one change of an incident at a time (its note positions, its holds)
@@ -166,7 +177,7 @@ def update_incident(
 
 def _add_note(conn: Connection, incident_id: str, text: str, author: str, at: datetime) -> None:
     if not text.strip() or len(text) > NOTE_MAX or "\x00" in text:
-        raise IncidentError(f"note: 1..{NOTE_MAX} characters, not blank")
+        raise IncidentError(f"note: 1..{NOTE_MAX} characters, not blank, without NUL")
     notes = IncidentNoteRow.__table__
     last = conn.scalar(select(func.max(notes.c.position)).where(notes.c.incident_id == incident_id)) or 0
     conn.execute(

@@ -432,3 +432,45 @@ def test_exchange_id_filter_takes_wildcards_literally(store: AuditStore) -> None
     assert [e["seq"] for e in items] == [5]
     items, _ = access.page(store.engine, access.LogFilters(exchange_id="%"), limit=2)
     assert items == []
+
+
+def test_a_changing_call_is_logged_before_it_runs(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial finding: a hold was made while the call's one entry, written with the answer,
+    failed. A POST is logged twice, first with status 0 before anything runs; when that entry
+    cannot be written nothing is done."""
+    body = {"reason": "case 4", "user": "alice"}
+    made = api.client.post("/v1/holds", headers=api.auth("admin"), json=body)
+    assert made.status_code == 201
+    last_two = [(e["principal"], e["method"], e["endpoint"], e["status"]) for e in api.log()[-2:]]  # oldest first
+    assert last_two == [("admin-1", "POST", "/v1/holds", 0), ("admin-1", "POST", "/v1/holds", 201)]
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise sa.exc.OperationalError("INSERT INTO access_log", {}, Exception("disk full"))
+
+    monkeypatch.setattr("observer.store.access.append", refuse)
+    refused = api.client.post("/v1/holds", headers=api.auth("admin"), json={**body, "reason": "case 5"})
+    assert refused.status_code == 503
+    assert refused.json()["error"] == {
+        "code": "access_log_unavailable",
+        "message": "the access log cannot be written; nothing was done",
+    }
+    monkeypatch.undo()
+    reasons = [h["reason"] for h in api.client.get("/v1/holds", headers=api.auth("admin")).json()]
+    assert reasons == ["case 4"]  # case 5 was never made
+
+
+def test_a_deleted_tail_is_recorded_by_the_next_entry(api: Api) -> None:
+    """The API process remembers the last seq it wrote: finding the log shorter, it appends an
+    ``(access log truncated)`` entry naming both seqs before its own entry."""
+    for _ in range(3):
+        api.client.get("/v1/exchanges", headers=api.auth("admin"))
+    last = api.log()[-1]["seq"]
+    _sql(api.store, f"DELETE FROM access_log WHERE seq > {last - 2}")
+    api.client.get("/v1/exchanges", headers=api.auth("admin"))
+    marker, entry = api.log()[-2:]
+    assert [(e["seq"], e["endpoint"], e["status"]) for e in (marker, entry)] == [
+        (last - 1, "(access log truncated)", 0),
+        (last, "/v1/exchanges", 200),
+    ]
+    assert marker["params"] == {"last_seq_written": last, "last_seq_found": last - 2}
+    assert verify(api.store, [api.key.public]).ok  # the chain holds; the marker tells what happened

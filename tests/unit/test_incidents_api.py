@@ -203,3 +203,24 @@ def test_without_a_key_or_folder_the_writing_routes_say_so(store: AuditStore) ->
         )
         assert c.get("/v1/exports", headers=AUTH).json()["error"]["code"] == "exports_unavailable"
         assert c.post("/v1/retention/purge", headers=AUTH, json={"dry_run": False}).status_code == 503
+
+
+def test_trial_findings_are_400_not_500(client: TestClient) -> None:
+    """Trial findings: a far-future aware_at overflowed the deadline (500), a NUL in a hold's
+    user reached PostgreSQL (500), a NUL export filter failed the job with the driver's text,
+    an unknown outcome answered an empty list, "yes" was taken for a dry run's true."""
+    future = {"title": "t", "category": "death", "aware_at": "9999-12-31T23:59:59Z"}
+    assert client.post("/v1/incidents", headers=AUTH, json=future).status_code == 400
+    ancient = {**future, "aware_at": "0001-01-01T00:00:00Z"}
+    assert client.post("/v1/incidents", headers=AUTH, json=ancient).status_code == 400
+    made = client.post("/v1/incidents", headers=AUTH, json={**future, "aware_at": "2026-11-30T00:00:00Z"}).json()
+    moved = client.patch(f"/v1/incidents/{made['id']}", headers=AUTH, json={"aware_at": "9999-01-01T00:00:00Z"})
+    assert moved.status_code == 400
+    assert client.post("/v1/holds", headers=AUTH, json={"reason": "r", "user": "a\u0000b"}).status_code == 400
+    assert client.post("/v1/holds", headers=AUTH, json={"reason": "r\u0000", "user": "a"}).status_code == 400
+    assert client.post("/v1/exports", headers=AUTH, json={"model": ["a\u0000b"]}).status_code == 400
+    for query in ("outcome=bogus", "violation=bogus"):
+        response = client.get(f"/v1/exchanges?{query}", headers=AUTH)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_parameter"
+    assert client.get("/v1/exchanges?outcome=completed", headers=AUTH).status_code == 200
+    assert client.post("/v1/retention/purge", headers=AUTH, json={"dry_run": "yes"}).status_code == 400

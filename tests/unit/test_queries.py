@@ -157,6 +157,7 @@ def test_filters(client: TestClient, monkeypatch: pytest.MonkeyPatch, selective_
     for all of them: a migrated database per case would take minutes), with the child and
     search filters applied either way (``observer.store.query.SELECTIVE_MAX``)."""
     monkeypatch.setattr("observer.store.query.SELECTIVE_MAX", selective_max)
+    monkeypatch.setattr("observer.store.query.SEARCH_SELECTIVE_MAX", selective_max)
     got = {str(params): _ids(client, params) for params, _ in FILTERS}
     assert got == {str(params): expected for params, expected in FILTERS}
 
@@ -213,6 +214,7 @@ def test_search(client: TestClient, monkeypatch: pytest.MonkeyPatch, selective_m
     """q: every word in the prompt or completion, case- and accent-insensitive, no operators
     (FTS5's and tsquery's operator characters are words or nothing, never a 500)."""
     monkeypatch.setattr("observer.store.query.SELECTIVE_MAX", selective_max)
+    monkeypatch.setattr("observer.store.query.SEARCH_SELECTIVE_MAX", selective_max)
     got = {q: _ids(client, {"q": q}) for q, _ in SEARCHES}
     assert got == dict(SEARCHES)
 

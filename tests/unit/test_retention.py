@@ -188,7 +188,7 @@ def test_a_hold_keeps_its_records_until_released(filled: AuditStore, key: Checkp
     ("scope", "message"),
     [
         ({}, "a hold needs a scope"),
-        ({"since": NOW, "until": OLD}, "--since is after its --until"),
+        ({"since": NOW, "until": OLD}, "since is after its until"),
         ({"exchange_ids": ("x" * 37,)}, "not a record id"),
         ({"end_user": ""}, "end_user must be 1..2000 characters"),
     ],

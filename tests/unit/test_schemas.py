@@ -40,7 +40,14 @@ SCHEMA_OF: dict[type[Shaped], type[BaseModel]] = {
 
 
 #: Content a viewer does not get (``observer.api.routers.exchanges.withhold_content``): null then.
-WITHHELD = {(Exchange, "text"), (Block, "text"), (ToolCall, "arguments"), (RequestFacts, "messages")}
+WITHHELD = {
+    (Exchange, "text"),
+    (Block, "text"),
+    (ToolCall, "arguments"),
+    (RequestFacts, "messages"),
+    (RequestFacts, "tools"),
+    (RequestFacts, "metadata"),
+}
 #: Keys the API adds after the record's own: the store's conversation link and the withholding flag.
 ADDED = {Exchange: ["conversation_id", "content_withheld"]}
 

@@ -89,7 +89,9 @@ def get_exchange(
 
 def withhold_content(record: dict[str, Any]) -> dict[str, Any]:
     """The record without its content (what a viewer gets): ``text``, each block's ``text``,
-    each tool call's ``arguments``, ``request.messages`` and ``response_body`` set to ``null``,
+    each tool call's ``arguments``, ``request.messages``, ``request.tools`` (declared tools'
+    descriptions and schemas; their names stay in ``request.tool_names``), ``request.metadata``
+    and ``response_body`` set to ``null``,
     ``content_withheld`` true. The caller's dict is not changed."""
     out = dict(record)
     out["text"] = None
@@ -97,6 +99,8 @@ def withhold_content(record: dict[str, Any]) -> dict[str, Any]:
     out["tool_calls"] = [{**t, "arguments": None} for t in record.get("tool_calls") or ()]
     request = dict(record.get("request") or {})
     request["messages"] = None
+    request["tools"] = None  # descriptions and schemas: content (committed by digest, as messages)
+    request["metadata"] = None  # whatever the client attached
     out["request"] = request
     out["response_body"] = None
     out["content_withheld"] = True

@@ -79,6 +79,9 @@ def start_export(
     note(request, body=body.model_dump())
     if body.format == "parquet" and not parquet_available():
         raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", "the parquet format needs pyarrow")
+    for name in ("model", "host", "user", "dialect", "outcome"):
+        if any("\x00" in v or len(v) > 500 for v in getattr(body, name)):
+            raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", f"{name}: at most 500 characters, no NUL")
     since, until = _time("since", body.since), _time("until", body.until)
     if since is not None and until is not None and until <= since:
         raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", "until must be after since")

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy import func, select
 
 from observer.api.access import note
@@ -27,7 +27,7 @@ router = APIRouter(prefix="/retention", tags=["retention"], dependencies=[Depend
 
 class PurgeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    dry_run: bool = Field(default=True, description="Count only (the default); false removes the records")
+    dry_run: StrictBool = Field(default=True, description="Count only (the default); false removes the records")
 
 
 @router.get("", response_model=RetentionOut, summary="The retention policy and what it holds back")
