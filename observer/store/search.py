@@ -10,16 +10,16 @@ the same on both engines.
   https://sqlite.org/fts5.html §4.3.1) whose rowid is the record's ``stored_seq``; the store
   fills it in the transaction that stores the records (``index_sqlite``) and a purge deletes
   from it (``unindex_sqlite``). It keeps a copy of the searched text.
-- PostgreSQL: the column ``search_vector`` (``tsvector``), filled by the storing transaction
-  from ``lexemes`` of the same text and matched with ``@@`` against a ``tsquery`` of the
-  query's lexemes, under a GIN index (https://www.postgresql.org/docs/15/datatype-textsearch.html
-  §8.11.1-2: the literals are lexemes as given, no parser or dictionary runs), so both engines
-  fold the same way and a row's vector is never recomputed by a query. Records stored before
-  migration 0006 get the server's ``to_tsvector('simple', ...)`` of the same fields, without
-  accent folding. (An expression index with ``translate`` for the folding cost 3.8 ms per row
-  on insert: bench/queries.py.)
+- PostgreSQL: the column ``search_vector`` (``tsvector``), made in the storing transaction by
+  the server (``to_tsvector('simple', ...)``) from the record's text folded by the writer
+  (``document``), matched with ``plainto_tsquery('simple', ...)`` of the folded query (words
+  ANDed) under a GIN index (https://www.postgresql.org/docs/15/textsearch-controls.html): the
+  vector is never recomputed by a query. Records stored before migration 0006 get the server's
+  vector of the same fields without the folding. (An expression index folding with
+  ``translate`` cost 3.8 ms per row on insert; making the lexemes in Python 0.9 ms per 12 KB
+  record in the writer thread: bench/queries.py, bench/store.py.)
 
-**Words** (``lexemes``, ``words``): runs of Unicode word characters (``\\w+``) after lower-
+**Words** (``fold``, ``words``): runs of Unicode word characters (``\\w+``) after lower-
 casing and removal of combining marks (NFD), what FTS5's ``unicode61 remove_diacritics 2``
 does for Latin text: ``CAFÉ`` and ``cafe`` are one word; ``ø``, ``ß``, ``æ`` stay as they are.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select, column, delete, exists, select, table, text
@@ -47,13 +47,13 @@ PROMPT_SQLITE = (
 )
 
 
+#: The server's vector of ``document``'s text (bound as ``search_text``): the ``simple``
+#: parser and dictionary, no stemming or stop words.
+VECTOR_PG = "to_tsvector('simple', :search_text)"
 SEARCH_INDEX_PG = "ix_exchanges_search"
 CREATE_SEARCH_INDEX_PG = f"CREATE INDEX {SEARCH_INDEX_PG} ON exchanges USING gin (search_vector)"
 #: The vector of a record stored before the column existed (migration 0006), computed by the server.
 BACKFILL_VECTOR_PG = "to_tsvector('simple', text) || jsonb_to_tsvector('simple', request -> 'messages', '[\"string\"]')"
-#: Longest lexeme kept (characters; PostgreSQL allows 2 KiB) and most lexemes per record.
-LEXEME_MAX = 200
-LEXEMES_MAX = 20_000
 
 #: Longest ``q`` accepted, in characters, and most words.
 QUERY_MAX_CHARS = 500
@@ -76,36 +76,19 @@ def words(q: str) -> list[str]:
     return found
 
 
+#: The combining diacritical mark blocks (U+0300-036F, 1AB0-1AFF, 1DC0-1DFF, 20D0-20FF,
+#: FE20-FE2F): what is left of an accent after NFD.
+_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+
+
 def fold(value: str) -> str:
     """``value`` lower-cased, canonically decomposed (NFD), without combining marks (``ß`` stays:
-    ``str.casefold`` would make it ``ss``, which FTS5 does not)."""
-    decomposed = unicodedata.normalize("NFD", value.lower())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
-
-
-def lexemes(texts: Iterable[str]) -> list[str]:
-    """The distinct words of ``texts`` (folded, module docstring), in first-seen order, at most
-    ``LEXEMES_MAX``, each at most ``LEXEME_MAX`` characters (longer runs are left out)."""
-    seen: dict[str, None] = {}
-    for value in texts:
-        for w in _WORD.findall(fold(value)):
-            if len(w) <= LEXEME_MAX and w not in seen:
-                seen[w] = None
-                if len(seen) >= LEXEMES_MAX:
-                    return list(seen)
-    return list(seen)
-
-
-def _quoted(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def tsvector(record: Mapping[str, Any]) -> str:
-    """The ``tsvector`` literal of a record dict (``Exchange.to_dict()``): its text and the
-    strings of its request messages."""
-    texts: list[str] = [record.get("text") or ""]
-    _strings((record.get("request") or {}).get("messages"), texts)
-    return " ".join(_quoted(w) for w in lexemes(texts))
+    ``str.casefold`` would make it ``ss``, which FTS5 does not). ASCII text only lower-cased (the
+    writer folds every record: bench/queries.py)."""
+    lowered = value.lower()
+    if lowered.isascii():
+        return lowered
+    return _COMBINING.sub("", unicodedata.normalize("NFD", lowered))
 
 
 def _strings(value: Any, out: list[str], depth: int = 0) -> None:
@@ -119,9 +102,13 @@ def _strings(value: Any, out: list[str], depth: int = 0) -> None:
             _strings(v, out, depth + 1)
 
 
-def tsquery(q: str) -> str:
-    """The ``tsquery`` literal of ``q``: every word, ANDed. Raises ``ValueError`` as ``words``."""
-    return " & ".join(_quoted(w) for w in dict.fromkeys(_WORD.findall(fold(" ".join(words(q))))))
+def document(record: Mapping[str, Any]) -> str:
+    """PostgreSQL: the folded text of a record dict (``Exchange.to_dict()``) that the server
+    turns into ``search_vector`` (``VECTOR_PG``): its text and the strings of its request
+    messages, one per line."""
+    texts: list[str] = [record.get("text") or ""]
+    _strings((record.get("request") or {}).get("messages"), texts)
+    return fold("\n".join(texts))
 
 
 def fts5_query(q: str) -> str:
@@ -147,7 +134,8 @@ def condition(dialect: str, q: str, stored_seq: ColumnElement[int], *, few: bool
         fts = table(FTS_TABLE, column("rowid"))
         match = text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=fts5_query(q))
         return exists().where(match, fts.c.rowid == stored_seq)
-    return text("exchanges.search_vector @@ CAST(:pg_q AS tsquery)").bindparams(pg_q=tsquery(q))  # type: ignore[return-value]
+    query = fold(" ".join(words(q)))
+    return text("exchanges.search_vector @@ plainto_tsquery('simple', :pg_q)").bindparams(pg_q=query)  # type: ignore[return-value]
 
 
 def index_sqlite(conn: Connection, first: int, last: int) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, insert, select, text
+from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, selectinload
@@ -159,13 +159,13 @@ class AuditStore:
                             row["search_vector"] = None
                     elif exchanges:
                         for row in exchanges:
-                            row["search_vector"] = search.tsvector(by_id[row["id"]].to_dict())
+                            row["search_text"] = search.document(by_id[row["id"]].to_dict())
                     # Core inserts on the tables (the ORM's bulk insert would split the batch into one
                     # statement per run of rows with the same NULL columns).
                     tables = ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows))
                     for table, rows in tables:
                         if rows:
-                            session.execute(insert(table), rows)
+                            session.execute(self._insert(table, sqlite), rows)
                     if sqlite and exchanges:
                         search.index_sqlite(session.connection(), first, first + len(exchanges) - 1)
                 break
@@ -179,6 +179,20 @@ class AuditStore:
         if stored:
             log.info("audit store: %d of %d records were already stored", len(stored), len(ids))
         return len(stored)
+
+    @staticmethod
+    def _insert(table: Any, sqlite: bool) -> Any:
+        """The INSERT of ``table``'s rows; on PostgreSQL the exchanges' ``search_vector`` is made
+        by the server from each row's ``search_text`` (``observer.store.search.VECTOR_PG``)."""
+        if sqlite or table is not ExchangeRow.__table__:
+            return insert(table)
+        # stored_seq: the transaction's id, the column's default on PostgreSQL (observer.store.stored)
+        skip = {"stored_seq", "search_vector"}
+        values: dict[str, Any] = {
+            c.name: bindparam(c.name) for c in table.columns if c.server_default is None and c.name not in skip
+        }
+        values["search_vector"] = text(search.VECTOR_PG)
+        return insert(table).values(values)
 
     @staticmethod
     def _new_gaps(session: Session, writer_id: str | None, gaps: Sequence[Mapping[str, Any]]) -> list[Item]:
