@@ -24,13 +24,19 @@ $(STAMP): requirements.lock pyproject.toml
 # The real servers and official SDK clients of the end-to-end tests and `make demo`
 # (llama-cpp-python[server], llm-katan, openai, anthropic, google-genai; SmolLM2 GGUF), into the
 # same venv, constrained by requirements.lock so no core pin moves. llama-cpp-python builds
-# from source once (~4 min on 2 cores); pip keeps the built wheel in its cache
-# (~/.cache/pip/wheels) and every later install reuses it.
+# from source once (~4 min on 2 cores) into LLAMA_WHEELS, which every later install reuses.
+# It is built for a portable x86-64 set (AVX2, FMA, F16C; no AVX-512, no AMX): a native build on
+# a CPU that reports AMX died with SIGILL on its first token where the kernel does not grant the
+# AMX tile state (a virtual machine), and so did every later run from the cached wheel. The
+# wheel is cached under its own name so an earlier native one is never reused.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_WHEELS := $(HOME)/.cache/observer/llama-wheels-portable
 $(CLIENTS_STAMP): $(STAMP) requirements.lock requirements-clients.lock requirements-nodeps.lock
-	@$(PY) -m pip cache list llama_cpp_python 2>/dev/null | grep -q 'llama_cpp_python-0.3.36-' || \
-	  echo "building llama-cpp-python 0.3.36 from source (once: pip caches the wheel; a few minutes on 2 cores)..."
-	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-$$(nproc)} \
-	  $(PY) -m pip install -q -c requirements.lock -r requirements-clients.lock
+	@ls $(LLAMA_WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || { \
+	  echo "building llama-cpp-python 0.3.36 from source (once, kept in $(LLAMA_WHEELS); a few minutes on 2 cores)..."; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-$$(nproc)} \
+	    $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMA_WHEELS) llama_cpp_python==0.3.36; }
+	$(PY) -m pip install -q -c requirements.lock --find-links $(LLAMA_WHEELS) -r requirements-clients.lock
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.lock
 	@touch $(CLIENTS_STAMP)
 
