@@ -21,6 +21,7 @@ from tests.conftest import _pg_admin_engine  # noqa: E402
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(900)  # the suites' own limits add up to more than the default 120 s
 def test_every_bench_suite_runs_at_smoke_size(tmp_path):
     _pg_admin_engine().dispose()  # store and scale-out write PostgreSQL: skipped locally without it, failed in CI
     out = tmp_path / "bench.json"

@@ -190,13 +190,30 @@ def _shots() -> Path:
     return folder
 
 
+def _wait(driver: object, condition: object) -> None:
+    """Waits (at most 20 s) for ``condition``: a click's navigation may still be under way when
+    ``click()`` returns."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 20).until(condition)  # type: ignore[arg-type]
+
+
+def _click_and_load(driver: object, element: object) -> None:
+    """Clicks ``element`` and waits until the page it was on is gone and the new one is loaded."""
+    from selenium.webdriver.support import expected_conditions as ec
+
+    element.click()  # type: ignore[attr-defined]
+    _wait(driver, ec.staleness_of(element))
+    _wait(driver, lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _sign_in(driver: object, base: str, token: str) -> None:
     from selenium.webdriver.common.by import By
 
     driver.get(base + "/ui/")  # type: ignore[attr-defined]
     assert "/ui/login" in driver.current_url  # type: ignore[attr-defined]
     driver.find_element(By.NAME, "token").send_keys(token)  # type: ignore[attr-defined]
-    driver.find_element(By.CSS_SELECTOR, "form[action='/ui/login'] button").click()  # type: ignore[attr-defined]
+    _click_and_load(driver, driver.find_element(By.CSS_SELECTOR, "form[action='/ui/login'] button"))  # type: ignore[attr-defined]
 
 
 def test_review_page_in_chromium(api: tuple[str, AuditStore], browser: object, tmp_path: Path) -> None:
@@ -214,21 +231,21 @@ def test_review_page_in_chromium(api: tuple[str, AuditStore], browser: object, t
     # Filter: only alice's OpenAI exchanges.
     d.find_element(By.NAME, "user").send_keys("alice")  # type: ignore[attr-defined]
     d.find_element(By.NAME, "host").send_keys("api.openai.com")  # type: ignore[attr-defined]
-    d.find_element(By.CSS_SELECTOR, "form.filters button").click()  # type: ignore[attr-defined]
+    _click_and_load(d, d.find_element(By.CSS_SELECTOR, "form.filters button"))  # type: ignore[attr-defined]
     rows = d.find_elements(By.CSS_SELECTOR, "tbody tr")  # type: ignore[attr-defined]
     assert len(rows) == 2, d.page_source[:2000]  # type: ignore[attr-defined]
     assert "user=alice" in d.current_url  # type: ignore[attr-defined]
     d.save_screenshot(str(shots / "2-filtered.png"))  # type: ignore[attr-defined]
 
     # Open the first turn (the older row is last: newest first).
-    rows[-1].find_element(By.TAG_NAME, "a").click()
+    _click_and_load(d, rows[-1].find_element(By.TAG_NAME, "a"))
     page = d.page_source  # type: ignore[attr-defined]
     assert PROMPT in page and ANSWER in page and "lookup_invoice" in page and "1042" in page
     assert "0.420 s" in page and "21 / 17" in page
     d.save_screenshot(str(shots / "3-exchange.png"))  # type: ignore[attr-defined]
 
     # Its conversation: both turns, oldest first.
-    d.find_element(By.PARTIAL_LINK_TEXT, "a0000000").click()  # type: ignore[attr-defined]
+    _click_and_load(d, d.find_element(By.PARTIAL_LINK_TEXT, "a0000000"))  # type: ignore[attr-defined]
     assert "/ui/conversations/a0000000-0000-4000-8000-000000000001" in d.current_url  # type: ignore[attr-defined]
     links = [a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "tbody tr td:first-child a")]  # type: ignore[attr-defined]
     assert [h.rsplit("/", 1)[1] for h in links] == [
@@ -243,14 +260,14 @@ def test_review_page_in_chromium(api: tuple[str, AuditStore], browser: object, t
     d.find_element(By.CSS_SELECTOR, "select[name='category'] option[value='fundamental_rights']").click()  # type: ignore[attr-defined]
     d.find_element(By.NAME, "aware_at").send_keys("2026-11-30T10:00:00Z")  # type: ignore[attr-defined]
     d.find_element(By.NAME, "note").send_keys("Reported by the customer by phone.")  # type: ignore[attr-defined]
-    d.find_element(By.CSS_SELECTOR, "form[action='/ui/incidents'] button").click()  # type: ignore[attr-defined]
+    _click_and_load(d, d.find_element(By.CSS_SELECTOR, "form[action='/ui/incidents'] button"))  # type: ignore[attr-defined]
     assert "/ui/incidents/" in d.current_url  # type: ignore[attr-defined]
     page = d.page_source  # type: ignore[attr-defined]
     # Art. 73(2): 15 days after awareness.
     assert "2026-12-15T10:00:00.000000Z" in page and "Reported by the customer by phone." in page
     assert "a0000000-0000-4000-8000-000000000001" in page
     d.save_screenshot(str(shots / "5-incident.png"))  # type: ignore[attr-defined]
-    d.find_element(By.LINK_TEXT, "Incidents").click()  # type: ignore[attr-defined]
+    _click_and_load(d, d.find_element(By.LINK_TEXT, "Incidents"))  # type: ignore[attr-defined]
     assert "2026-12-15 10:00" in d.page_source  # type: ignore[attr-defined]
     d.save_screenshot(str(shots / "6-incidents.png"))  # type: ignore[attr-defined]
 
