@@ -37,8 +37,8 @@ with ``--explain``.
     .venv/bin/python bench/queries.py                      # 1,000,000 records per engine (~30-40 min)
     .venv/bin/python bench/queries.py --smoke              # 20,000 records (~45 s; no VACUUM ANALYZE)
     .venv/bin/python bench/queries.py --records 200000 --engines sqlite --explain
-    .venv/bin/python bench/queries.py --keep --dir /var/tmp/q   # keep both stores (URLs printed) ...
-    .venv/bin/python bench/queries.py --reuse sqlite:////var/tmp/q/queries.db   # ... and measure one again
+    .venv/bin/python bench/queries.py --keep --dir build/q   # keep both stores (URLs printed) ...
+    .venv/bin/python bench/queries.py --reuse sqlite:///build/q/queries.db   # ... and measure one again
 """
 
 from __future__ import annotations

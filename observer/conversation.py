@@ -290,25 +290,32 @@ def canonical_answer(exchange: Exchange, registry: DialectRegistry | None = None
     return finish([answer])[0] if answer is not None else None
 
 
+def link_hashes(exchange: Exchange, registry: DialectRegistry | None = None) -> tuple[str | None, list[str]]:
+    """``(continuation_hash(exchange), link_candidates(exchange))`` with the request put in
+    canonical form and hashed once (the store links every record it writes)."""
+    messages = canonical_request(exchange, registry)
+    hashes = prefix_hashes(messages)
+    candidates = [hashes[i] for i in range(len(messages) - 2, 0, -1) if messages[i].role == ASSISTANT]
+    if not messages or messages[-1].role == ASSISTANT:
+        return None, candidates
+    answer = canonical_answer(exchange, registry)
+    if answer is None:
+        return None, candidates
+    continuation = hashlib.sha256(bytes.fromhex(hashes[-1]) + answer.to_bytes()).hexdigest()
+    return continuation, candidates
+
+
 def continuation_hash(exchange: Exchange, registry: DialectRegistry | None = None) -> str | None:
     """The hex chain hash of the request's canonical messages followed by the answer: what a
     continuing request's ``link_candidates`` contain; ``None`` when it cannot be continued."""
-    messages = canonical_request(exchange, registry)
-    if not messages or messages[-1].role == ASSISTANT:
-        return None
-    answer = canonical_answer(exchange, registry)
-    if answer is None:
-        return None
-    return prefix_hashes([*messages, answer])[-1]
+    return link_hashes(exchange, registry)[0]
 
 
 def link_candidates(exchange: Exchange, registry: DialectRegistry | None = None) -> list[str]:
     """The hex chain hashes of the request's proper prefixes that end with an assistant message
     (only those can be a continuation hash), longest first. The full request is not one: a
     continuing request has at least one message after the earlier answer."""
-    messages = canonical_request(exchange, registry)
-    hashes = prefix_hashes(messages)
-    return [hashes[i] for i in range(len(messages) - 2, 0, -1) if messages[i].role == ASSISTANT]
+    return link_hashes(exchange, registry)[1]
 
 
 def prefix_hashes(messages: Iterable[CanonicalMessage]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from observer.conversation import continuation_hash, link_candidates
+from observer.conversation import link_hashes
 from observer.records import Exchange
 from observer.store.models import ExchangeRow
 
@@ -36,7 +36,7 @@ def link(conn: Connection, rows: Sequence[dict[str, Any]], records: Mapping[str,
     wanted: set[str] = set()
     for row in rows:
         record = records[row["id"]]
-        facts[row["id"]] = (continuation_hash(record), link_candidates(record))
+        facts[row["id"]] = link_hashes(record)
         wanted.update(facts[row["id"]][1])
     known: dict[str, list[tuple[datetime, str]]] = {}
     ex = ExchangeRow.__table__

@@ -4,7 +4,6 @@ offline with ``observer export verify``). Needs the ``export`` permission."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request, status
@@ -15,9 +14,9 @@ from observer.api.access import note
 from observer.api.auth import Principal, require
 from observer.api.errors import APIError
 from observer.api.exportjobs import Busy, ExportJobs
+from observer.api.filters import time_value
 from observer.api.routers import actor_of
 from observer.api.schemas import ErrorResponse, ExportJobOut
-from observer.shape import parse_rfc3339
 from observer.store.exportfiles import parquet_available
 from observer.store.reader import RecordFilter
 
@@ -53,15 +52,6 @@ def get_jobs(request: Request) -> ExportJobs:
 JobsDep = Annotated[ExportJobs, Depends(get_jobs)]
 
 
-def _time(name: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError as exc:
-        raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", f"{name}: {exc}") from None
-
-
 @router.post(
     "",
     response_model=ExportJobOut,
@@ -82,7 +72,7 @@ def start_export(
     for name in ("model", "host", "user", "dialect", "outcome"):
         if any("\x00" in v or len(v) > 500 for v in getattr(body, name)):
             raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", f"{name}: at most 500 characters, no NUL")
-    since, until = _time("since", body.since), _time("until", body.until)
+    since, until = time_value("since", body.since), time_value("until", body.until)
     if since is not None and until is not None and until <= since:
         raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", "until must be after since")
     f = RecordFilter(

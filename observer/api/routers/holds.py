@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from observer.api.access import note
 from observer.api.auth import Principal, require
 from observer.api.errors import APIError
+from observer.api.filters import time_value
 from observer.api.routers import KeyDep, StoreDep, actor_of
 from observer.api.schemas import ErrorResponse, HoldOut
-from observer.shape import parse_rfc3339, rfc3339
+from observer.shape import rfc3339
 from observer.store import holds
 from observer.store.holds import HoldError, Scope
 
@@ -65,15 +66,6 @@ def _hold(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _time(name: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError as exc:
-        raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", f"{name}: {exc}") from None
-
-
 @router.get("", response_model=list[HoldOut], summary="List legal holds")
 def list_holds(
     request: Request,
@@ -105,8 +97,8 @@ def create_hold(
     note(request, body=body.model_dump(exclude_none=True))
     try:
         scope = Scope(
-            since=_time("since", body.since),
-            until=_time("until", body.until),
+            since=time_value("since", body.since),
+            until=time_value("until", body.until),
             end_user=body.user,
             host=body.host,
             exchange_ids=None if body.exchange_ids is None else tuple(body.exchange_ids),
