@@ -66,12 +66,20 @@ class _Open:
 
 def recover(directory: Path, registry: DialectRegistry) -> Recovery:
     """Reads the segments in ``directory`` (see the module docstring). Never raises on damaged
-    content; ``OSError`` when a segment cannot be read."""
+    content; ``OSError`` when a segment cannot be read. A segment deleted between listing and
+    reading is skipped (only a running journal deletes one, after its records were stored)."""
     result = Recovery()
     opened: dict[str, _Open] = {}
     numbers = segment_numbers(directory)
     for i, number in enumerate(numbers):
-        buf = (directory / segment_name(number)).read_bytes()
+        try:
+            buf = (directory / segment_name(number)).read_bytes()
+        except FileNotFoundError:
+            # Listed, then deleted by the journal still running (``observer journal`` reading a
+            # live folder): a segment is deleted only once its records are stored, and the open
+            # exchanges in it were carried into a newer one, so nothing recovery needs is lost.
+            log.info("journal: %s was deleted while being read", segment_name(number))
+            continue
         result.segments += 1
         try:
             scan = fmt.read_entries(buf)

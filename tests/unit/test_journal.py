@@ -360,6 +360,24 @@ def test_an_open_exchange_survives_segment_rolls_and_deletions(
     assert (rebuilt.id, rebuilt.text, rebuilt.outcome) == ("long-1", "one two", "interrupted")
 
 
+def test_a_segment_deleted_while_recovery_reads_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running journal deletes a stored segment between recovery's listing and its read (the
+    CI failure of the test above): recovery skips it and still finds the exchange left open."""
+    directory = tmp_path / "j"
+    journal = Journal(directory)
+    journal.open()
+    journal.start(1)
+    journal.open_exchange("open-1", _skeleton("open-1"), OPENAI_SPEC, [])
+    journal.data("open-1", [_chunk("kept"), 1000.1], 0)
+    journal.close()
+    (only,) = segment_numbers(directory)
+    monkeypatch.setattr("observer.journal.recovery.segment_numbers", lambda d: [only, only + 1])
+    result = recover(directory, default_registry())
+    assert (result.segments, [r.text for r in result.records], result.damaged) == (1, ["kept"], [])
+
+
 def test_bytes_past_the_per_exchange_cap_are_cut_and_recovery_says_so(tmp_path: Path) -> None:
     directory = tmp_path / "j"
     journal = Journal(directory, flow_data_max=200)
