@@ -10,14 +10,19 @@ the same on both engines.
   https://sqlite.org/fts5.html §4.3.1) whose rowid is the record's ``stored_seq``; the store
   fills it in the transaction that stores the records (``index_sqlite``) and a purge deletes
   from it (``unindex_sqlite``). It keeps a copy of the searched text.
-- PostgreSQL: the column ``search_vector`` (``tsvector``), made in the storing transaction by
-  the server (``to_tsvector('simple', ...)``) from the record's text folded by the writer
-  (``document``), matched with ``plainto_tsquery('simple', ...)`` of the folded query (words
-  ANDed) under a GIN index (https://www.postgresql.org/docs/15/textsearch-controls.html): the
-  vector is never recomputed by a query. Records stored before migration 0006 get the server's
-  vector of the same fields without the folding. (An expression index folding with
-  ``translate`` cost 3.8 ms per row on insert; making the lexemes in Python 0.9 ms per 12 KB
-  record in the writer thread: bench/queries.py, bench/store.py.)
+- PostgreSQL: the column ``search_vector`` (``tsvector``): the distinct words of the record,
+  made by the writer (``lexemes``: the same ``words`` as a query's) and passed as a ``tsvector``
+  literal, without positions; a query is the ``tsquery`` literal of its words ANDed
+  (``tsquery_literal``), under a GIN index
+  (https://www.postgresql.org/docs/15/datatype-textsearch.html §8.11.1-2). The server never
+  parses text, so both sides split words alike, and alike with SQLite. Words longer than
+  ``LEXEME_MAX_CHARS`` are left out (no query can hold one), and words past
+  ``VECTOR_MAX_BYTES`` of a record (a vector is at most 1 MB) are not indexed. Records stored
+  before migration 0006 get the server's vector of the same fields (``to_tsvector('simple')``:
+  not folded, and URLs, e-mail addresses and hyphenated words are also kept whole).
+  (``to_tsvector`` of the folded text in the storing transaction cost ~1 ms per 12 KB record
+  and took PostgreSQL ingest from 2,098 to 458 records/s; an expression index folding with
+  ``translate`` cost 3.8 ms per row: docs/performance.md.)
 
 **Words** (``fold``, ``words``): runs of Unicode word characters (``\\w+``) after lower-
 casing and removal of combining marks (NFD), what FTS5's ``unicode61 remove_diacritics 2``
@@ -47,9 +52,8 @@ PROMPT_SQLITE = (
 )
 
 
-#: The server's vector of ``document``'s text (bound as ``search_text``): the ``simple``
-#: parser and dictionary, no stemming or stop words.
-VECTOR_PG = "to_tsvector('simple', :search_text)"
+#: The vector of a new row: ``lexemes`` of its record, bound as ``search_text``.
+VECTOR_PG = "CAST(:search_text AS tsvector)"
 SEARCH_INDEX_PG = "ix_exchanges_search"
 CREATE_SEARCH_INDEX_PG = f"CREATE INDEX {SEARCH_INDEX_PG} ON exchanges USING gin (search_vector)"
 #: The vector of a record stored before the column existed (migration 0006), computed by the server.
@@ -58,8 +62,17 @@ BACKFILL_VECTOR_PG = "to_tsvector('simple', text) || jsonb_to_tsvector('simple',
 #: Longest ``q`` accepted, in characters, and most words.
 QUERY_MAX_CHARS = 500
 QUERY_MAX_WORDS = 32
+#: Longest word indexed on PostgreSQL (a query cannot hold a longer one; a lexeme is at most
+#: 2047 bytes, 500 characters at most 2000).
+LEXEME_MAX_CHARS = QUERY_MAX_CHARS
+#: Bound on a record's vector on PostgreSQL: its words' UTF-8 bytes plus 4 each (the entry),
+#: below the 1 MB a ``tsvector`` may hold.
+VECTOR_MAX_BYTES = 1_000_000
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: Byte table keeping the ASCII word characters (``\w``: letters, digits, ``_``), every other
+#: byte a space.
+_ASCII_WORD_BYTES = bytes(b if chr(b).isascii() and (chr(b).isalnum() or b == 0x5F) else 0x20 for b in range(256))
 
 
 def words(q: str) -> list[str]:
@@ -103,12 +116,50 @@ def _strings(value: Any, out: list[str], depth: int = 0) -> None:
 
 
 def document(record: Mapping[str, Any]) -> str:
-    """PostgreSQL: the folded text of a record dict (``Exchange.to_dict()``) that the server
-    turns into ``search_vector`` (``VECTOR_PG``): its text and the strings of its request
-    messages, one per line."""
+    """The folded searched text of a record dict (``Exchange.to_dict()``): its text and the
+    strings of its request messages, one per line."""
     texts: list[str] = [record.get("text") or ""]
     _strings((record.get("request") or {}).get("messages"), texts)
     return fold("\n".join(texts))
+
+
+def lexemes(record: Mapping[str, Any]) -> str:
+    """PostgreSQL: the ``tsvector`` literal of a record dict (``search_vector``, bound to
+    ``VECTOR_PG``): the distinct words of ``document``, each quoted (a word never holds a quote,
+    backslash or space: none is ``\\w``; their order means nothing, the server sorts them).
+    Words longer than ``LEXEME_MAX_CHARS`` are left out; when the words hold more than
+    ``VECTOR_MAX_BYTES``, those first seen (completion first) up to the bound are kept."""
+    text = document(record)
+    if text.isascii():  # ASCII \w is [A-Za-z0-9_]: a byte table and split, ~4x findall
+        found = text.encode().translate(_ASCII_WORD_BYTES).split()
+    else:
+        found = [w.encode() for w in _WORD.findall(text)]
+    distinct = set(found)
+    if (
+        max(map(len, distinct), default=0) > LEXEME_MAX_CHARS
+        or sum(map(len, distinct)) + 4 * len(distinct) > VECTOR_MAX_BYTES
+    ):
+        kept: list[bytes] = []
+        size = 0
+        for word in dict.fromkeys(found):
+            if len(word.decode()) > LEXEME_MAX_CHARS:
+                continue
+            size += len(word) + 4
+            if size > VECTOR_MAX_BYTES:
+                break
+            kept.append(word)
+    else:
+        kept = sorted(distinct)
+    return (b"'" + b"' '".join(kept) + b"'").decode() if kept else ""
+
+
+def tsquery_literal(q: str) -> str:
+    """PostgreSQL: the ``tsquery`` literal matching records that hold every word of ``q``
+    (folded as ``lexemes`` folds): ``'w1' & 'w2'``. Raises ``ValueError`` as ``words`` does."""
+    found = _WORD.findall(fold(" ".join(words(q))))
+    if not found:
+        raise ValueError("q has no word to search for")
+    return " & ".join(f"'{w}'" for w in dict.fromkeys(found))
 
 
 def fts5_query(q: str) -> str:
@@ -134,8 +185,8 @@ def condition(dialect: str, q: str, stored_seq: ColumnElement[int], *, few: bool
         fts = table(FTS_TABLE, column("rowid"))
         match = text(f"{FTS_TABLE} MATCH :fts_q").bindparams(fts_q=fts5_query(q))
         return exists().where(match, fts.c.rowid == stored_seq)
-    query = fold(" ".join(words(q)))
-    return text("exchanges.search_vector @@ plainto_tsquery('simple', :pg_q)").bindparams(pg_q=query)  # type: ignore[return-value]
+    query = tsquery_literal(q)
+    return text("exchanges.search_vector @@ CAST(:pg_q AS tsquery)").bindparams(pg_q=query)  # type: ignore[return-value]
 
 
 def index_sqlite(conn: Connection, first: int, last: int) -> None:

@@ -159,7 +159,7 @@ class AuditStore:
                             row["search_vector"] = None
                     elif exchanges:
                         for row in exchanges:
-                            row["search_text"] = search.document(by_id[row["id"]].to_dict())
+                            row["search_text"] = search.lexemes(by_id[row["id"]].to_dict())
                     # Core inserts on the tables (the ORM's bulk insert would split the batch into one
                     # statement per run of rows with the same NULL columns).
                     tables = ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows))
@@ -183,7 +183,7 @@ class AuditStore:
     @staticmethod
     def _insert(table: Any, sqlite: bool) -> Any:
         """The INSERT of ``table``'s rows; on PostgreSQL the exchanges' ``search_vector`` is made
-        by the server from each row's ``search_text`` (``observer.store.search.VECTOR_PG``)."""
+        from each row's ``search_text`` (``observer.store.search.VECTOR_PG``)."""
         if sqlite or table is not ExchangeRow.__table__:
             return insert(table)
         # stored_seq: the transaction's id, the column's default on PostgreSQL (observer.store.stored)
