@@ -142,6 +142,11 @@ def _sql(store: AuditStore, statement: str, **params: Any) -> None:
         conn.execute(sa.text(statement), params)
 
 
+def _refuse_append(*args: Any, **kwargs: Any) -> Any:
+    """Stands in for ``observer.store.access.append`` when the database refuses the write."""
+    raise sa.exc.OperationalError("INSERT INTO access_log", {}, Exception("disk full"))
+
+
 def test_every_call_has_one_entry_in_order(api: Api) -> None:
     """Allowed, 401 (missing, unknown, malformed), 403, 404 (unknown route and unknown record),
     400 (unknown and repeated parameter): one entry each, in the order made; probes none."""
@@ -276,10 +281,7 @@ def test_no_checkpoint_without_a_key(store: AuditStore) -> None:
 def test_a_log_that_cannot_be_written_refuses_the_answer(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """503 access_log_unavailable instead of the data (and instead of a 401/404 alike)."""
 
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise sa.exc.OperationalError("INSERT INTO access_log", {}, Exception("disk full"))
-
-    monkeypatch.setattr("observer.store.access.append", refuse)
+    monkeypatch.setattr("observer.store.access.append", _refuse_append)
     for path, headers in (
         (f"/v1/exchanges/{R1}", api.auth("admin")),
         ("/v1/exchanges", api.auth("auditor")),
@@ -444,10 +446,7 @@ def test_a_changing_call_is_logged_before_it_runs(api: Api, monkeypatch: pytest.
     last_two = [(e["principal"], e["method"], e["endpoint"], e["status"]) for e in api.log()[-2:]]  # oldest first
     assert last_two == [("admin-1", "POST", "/v1/holds", 0), ("admin-1", "POST", "/v1/holds", 201)]
 
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise sa.exc.OperationalError("INSERT INTO access_log", {}, Exception("disk full"))
-
-    monkeypatch.setattr("observer.store.access.append", refuse)
+    monkeypatch.setattr("observer.store.access.append", _refuse_append)
     refused = api.client.post("/v1/holds", headers=api.auth("admin"), json={**body, "reason": "case 5"})
     assert refused.status_code == 503
     assert refused.json()["error"] == {
