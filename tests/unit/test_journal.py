@@ -360,9 +360,7 @@ def test_an_open_exchange_survives_segment_rolls_and_deletions(
     assert (rebuilt.id, rebuilt.text, rebuilt.outcome) == ("long-1", "one two", "interrupted")
 
 
-def test_a_segment_deleted_while_recovery_reads_is_skipped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_segment_deleted_while_recovery_reads_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A running journal deletes a stored segment between recovery's listing and its read (the
     CI failure of the test above): recovery skips it and still finds the exchange left open."""
     directory = tmp_path / "j"
