@@ -269,16 +269,10 @@ def verify(
     since_t, until_t = _time_opt("--since", since), _time_opt("--until", until)
     if since_t is not None and until_t is not None and since_t > until_t:
         _fail("--since is after --until")
-    store = _open_read_only(settings.db)
-    try:
-        with _Progress("verifying") as bar:
-            report = run_verify(
-                store, public, since=since_t, until=until_t, exported=exported, progress=bar.update, total=bar.total
-            )
-    except _db_errors() as exc:
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
-    finally:
-        store.dispose()
+    with _reading_store(settings) as store, _Progress("verifying") as bar:
+        report = run_verify(
+            store, public, since=since_t, until=until_t, exported=exported, progress=bar.update, total=bar.total
+        )
     for warning in report.warnings:
         typer.echo(f"observer: warning: {warning}", err=True)
     for writer, at in sorted(report.last_checkpoint.items()):
@@ -318,14 +312,9 @@ def checkpoint_export(
 
     _logging()
     settings = _settings(db=db)
-    store = _open_read_only(settings.db)
-    try:
+    with _reading_store(settings) as store:
         rows = store.checkpoints()
         store_id = store.store_id()
-    except _db_errors() as exc:
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
-    finally:
-        store.dispose()
     lines = [dumps({"store_id": store_id, **r, "created_at": rfc3339(r["created_at"])}) + b"\n" for r in rows]
     if out == "-":
         sys.stdout.buffer.write(b"".join(lines))
@@ -524,13 +513,8 @@ def hold_list(
     from observer.store.holds import list_holds
 
     settings = _settings(db=db)
-    store = _open_read_only(settings.db)
-    try:
+    with _reading_store(settings) as store:
         rows = list_holds(store.engine, include_released=all_)
-    except _db_errors() as exc:
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
-    finally:
-        store.dispose()
     for row in rows:
         released = (
             ""
@@ -586,13 +570,8 @@ def token_list(
     from observer.store.tokens import list_tokens
 
     settings = _settings(db=db)
-    store = _open_read_only(settings.db)
-    try:
+    with _reading_store(settings) as store:
         rows = list_tokens(store.engine, include_revoked=all_)
-    except _db_errors() as exc:
-        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
-    finally:
-        store.dispose()
     for row in rows:
         revoked = "" if row["revoked_at"] is None else f"  revoked {rfc3339(row['revoked_at'])} by {row['revoked_by']}"
         typer.echo(
@@ -622,6 +601,19 @@ def token_revoke(
             store.engine, signer, store.store_id(), ref=ref, actor=_actor(by), at=datetime.now(timezone.utc)
         )
     typer.echo(f"observer: token {row['name']!r} revoked")
+
+
+@contextlib.contextmanager
+def _reading_store(settings: Settings) -> Iterator[Any]:
+    """The store for a reading command (existing, never made here), disposed after; a database
+    error is a one-line exit 2."""
+    store = _open_read_only(settings.db)
+    try:
+        yield store
+    except _db_errors() as exc:
+        _fail(f"cannot read the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    finally:
+        store.dispose()
 
 
 @contextlib.contextmanager

@@ -130,7 +130,7 @@ def lexemes(record: Mapping[str, Any]) -> str:
     Words longer than ``LEXEME_MAX_CHARS`` are left out; when the words hold more than
     ``VECTOR_MAX_BYTES``, those first seen (completion first) up to the bound are kept."""
     text = document(record)
-    if text.isascii():  # ASCII \w is [A-Za-z0-9_]: a byte table and split, ~4x findall
+    if text.isascii():  # ASCII \w is [A-Za-z0-9_]: a byte table and split (faster than findall: docs/performance.md)
         found = text.encode().translate(_ASCII_WORD_BYTES).split()
     else:
         found = [w.encode() for w in _WORD.findall(text)]

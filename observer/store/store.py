@@ -148,10 +148,14 @@ class AuditStore:
                             t: [r for r in rows if r["exchange_id"] not in stored] for t, rows in children.items()
                         }
                     gap_rows = self._new_gaps(session, writer_id, gaps)
-                    if chained:
-                        self._chain(session, writer_id, exchanges, by_id, gap_rows)  # type: ignore[arg-type]
-                    link(session.connection(), exchanges, by_id)
                     sqlite = self._engine.dialect.name == "sqlite"
+                    # Each record's dict once, for the chain and PostgreSQL's search words.
+                    dicts = (
+                        {row["id"]: by_id[row["id"]].to_dict() for row in exchanges} if chained or not sqlite else {}
+                    )
+                    if chained:
+                        self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
+                    link(session.connection(), exchanges, by_id)
                     if sqlite and exchanges:
                         first = reserve_stored_seq(session.connection(), len(exchanges))
                         for n, row in enumerate(exchanges):
@@ -159,7 +163,7 @@ class AuditStore:
                             row["search_vector"] = None
                     elif exchanges:
                         for row in exchanges:
-                            row["search_text"] = search.lexemes(by_id[row["id"]].to_dict())
+                            row["search_text"] = search.lexemes(dicts[row["id"]])
                     # Core inserts on the tables (the ORM's bulk insert would split the batch into one
                     # statement per run of rows with the same NULL columns).
                     tables = ((ExchangeRow.__table__, exchanges), *children.items(), (GapRow.__table__, gap_rows))
@@ -210,7 +214,7 @@ class AuditStore:
         session: Session,
         writer_id: str,
         exchanges: list[Item],
-        records: dict[str, Exchange],
+        records: Mapping[str, Mapping[str, Any]],
         gaps: list[Item],
     ) -> None:
         """Sets ``record_hash`` on the new rows, in seq order, continuing the writer's chain from
@@ -219,7 +223,7 @@ class AuditStore:
         second process on one journal)."""
         entries: list[tuple[int, bytes, Item]] = []
         for row in exchanges:
-            entries.append((row["seq"], canonical_record(records[row["id"]].to_dict(), writer_id, row["seq"]), row))
+            entries.append((row["seq"], canonical_record(records[row["id"]], writer_id, row["seq"]), row))
         for row in gaps:
             entries.append((row["seq"], canonical_gap(row, writer_id), row))
         if not entries:

@@ -75,6 +75,14 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyUnderTest]:
         print(f"\n{proc.name} exit code {code}; log tail:\n{proc.tail(20)}")
 
 
+@pytest.fixture
+def recorded(proxy: ProxyUnderTest) -> ProxyUnderTest:
+    """``proxy``, when it keeps records (an API to read them); else the test is skipped."""
+    if not proxy.records:
+        pytest.skip("the proxy under test keeps no records (E2E_TARGET is not observer)")
+    return proxy
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
     outcome = yield

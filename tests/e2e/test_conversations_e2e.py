@@ -30,13 +30,6 @@ def replay() -> Any:
         yield up
 
 
-@pytest.fixture
-def recorded(proxy: Any) -> Any:
-    if not proxy.records:
-        pytest.skip("the proxy under test keeps no records (E2E_TARGET is not observer)")
-    return proxy
-
-
 def _headers(case: str) -> dict[str, str]:
     return {"x-upstream-case": case, "x-upstream-gap-ms": str(GAP_MS), "x-test-id": "conv-" + uuid.uuid4().hex[:10]}
 

@@ -538,13 +538,6 @@ def replay() -> Any:
         yield up
 
 
-@pytest.fixture
-def recorded(proxy: Any) -> Any:
-    if not proxy.records:
-        pytest.skip("the proxy under test keeps no records (E2E_TARGET is not observer)")
-    return proxy
-
-
 def _target(replay: ReplayUpstream, proxy: Any, fx: FixtureResponse, tid: str) -> Target:
     headers = {"x-upstream-case": fx.id, "x-upstream-gap-ms": str(GAP_MS), "x-test-id": tid}
     return Target(f"https://127.0.0.1:{replay.https_port}", proxy.proxy_url, proxy.ca_path, headers)

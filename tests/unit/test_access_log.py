@@ -101,17 +101,7 @@ def _calls(api: Api) -> list[dict[str, Any]]:
     assert c.get("/v1/exchanges/nope", headers=api.auth("viewer")).status_code == 404
     assert c.get("/v1/exchanges?user=a&user=b", headers=api.auth("viewer")).status_code == 400
     return [
-        _entry(
-            1,
-            "admin-1",
-            "admin",
-            f"/v1/exchanges/{R1}",
-            200,
-            endpoint="/v1/exchanges/{exchange_id}",
-            params={"path": {"exchange_id": R1}},
-            rows=1,
-            ids=[R1],
-        ),
+        _calls_first(),
         _entry(2, None, None, "/v1/exchanges", 401, params={"authorization": "missing"}),
         _entry(3, "viewer-1", "viewer", "/v1/access-log", 403),
         _entry(4, "viewer-1", "viewer", "/v2/nothing", 404),

@@ -13,9 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from observer.api.access import note
 from observer.api.auth import Principal, require
 from observer.api.errors import APIError
+from observer.api.filters import time_value
 from observer.api.routers import KeyDep, StoreDep, actor_of
 from observer.api.schemas import ErrorResponse, IncidentOut, IncidentSummary
-from observer.shape import parse_rfc3339
 from observer.store import incidents
 from observer.store.incidents import IncidentError, IncidentNotFound
 
@@ -74,15 +74,6 @@ class IncidentPatch(BaseModel):
     link_exchanges: list[str] = Field(default_factory=list, max_length=incidents.LINK_MAX)
 
 
-def _aware(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError as exc:
-        raise APIError(status.HTTP_400_BAD_REQUEST, "invalid_parameter", f"aware_at: {exc}") from None
-
-
 def _reader(request: Request, principal: Annotated[Principal, Depends(require("metadata"))]) -> Principal:
     if not (principal.can("incidents") or principal.can("export")):
         raise APIError(status.HTTP_403_FORBIDDEN, "forbidden", f"the role {principal.role} may not read incidents")
@@ -119,7 +110,7 @@ def create_incident(
 ) -> dict[str, Any]:
     """Opens it; the exchanges given are linked and put under one legal hold."""
     note(request, body=body.model_dump())
-    aware_at = _aware(body.aware_at)
+    aware_at = time_value("aware_at", body.aware_at)
     assert aware_at is not None
     try:
         out = incidents.create_incident(
@@ -182,7 +173,7 @@ def patch_incident(
             at=datetime.now(timezone.utc),
             title=body.title,
             category=body.category,
-            aware_at=_aware(body.aware_at),
+            aware_at=time_value("aware_at", body.aware_at),
             status=body.status,
             note=body.note,
             link=body.link_exchanges,
