@@ -54,6 +54,14 @@ class HoldError(ObserverError, ValueError):
     code = "invalid_hold"
 
 
+class HoldNotFound(HoldError, LookupError):
+    """No hold with the id asked for."""
+
+
+class HoldReleased(HoldError):
+    """The hold was released already (a release cannot be undone or repeated)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """What a hold protects (every given condition must hold; ``None``: any)."""
@@ -144,7 +152,8 @@ def release_hold(
     engine: Engine, key: CheckpointKey, store_id: str, hold_id: str, reason: str, actor: str, at: datetime
 ) -> dict[str, Any]:
     """Releases an active hold (a ``hold_released`` event, the row updated); returns the row.
-    Raises ``HoldError`` for an unknown or already released hold or a blank reason."""
+    Raises ``HoldNotFound``, ``HoldReleased`` (both ``HoldError``s), ``HoldError`` for a blank
+    reason."""
     _text("reason", reason)
     _text("actor", actor)
     table = HoldRow.__table__
@@ -152,9 +161,9 @@ def release_hold(
         lock(conn)
         found = conn.execute(select(table).where(table.c.id == hold_id)).first()
         if found is None:
-            raise HoldError(f"no hold {hold_id}")
+            raise HoldNotFound(f"no hold {hold_id}")
         if found.released_at is not None:
-            raise HoldError(f"hold {hold_id} was released at {rfc3339(found.released_at)}")
+            raise HoldReleased(f"hold {hold_id} was released at {rfc3339(found.released_at)}")
         event = append_event(conn, key, store_id, "hold_released", actor, {"hold_id": hold_id, "reason": reason}, at)
         change = _released_change(event)
         conn.execute(update(table).where(table.c.id == hold_id).values(**change))

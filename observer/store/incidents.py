@@ -73,6 +73,10 @@ class IncidentNotFound(ObserverError, LookupError):
     code = "not_found"
 
 
+class IncidentClosed(IncidentError):
+    """A change to a closed incident (closing is final: open a new one)."""
+
+
 def deadline(category: str, aware_at: datetime) -> datetime | None:
     """The report deadline of an incident (``CATEGORIES``); ``None`` for ``other``."""
     days = CATEGORIES[category]
@@ -150,7 +154,8 @@ def update_incident(
     link: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Changes what is given (a note is appended; ``link``: exchange ids to link and hold);
-    returns the incident. Raises ``IncidentNotFound``, ``IncidentError`` (bad value, closed)."""
+    returns the incident. Raises ``IncidentNotFound``, ``IncidentClosed``, ``IncidentError`` (a
+    bad value)."""
     _check(title, category, status, aware_at, at)
     table = IncidentRow.__table__
     with engine.begin() as conn:
@@ -159,7 +164,7 @@ def update_incident(
         if found is None:
             raise IncidentNotFound(f"no incident {incident_id[:40]!r}")
         if found.status == "closed":
-            raise IncidentError("the incident is closed; open a new one")
+            raise IncidentClosed("the incident is closed; open a new one")
         if status is not None and status != found.status and (found.status, status) not in TRANSITIONS:
             raise IncidentError(f"status cannot go from {found.status} to {status}")
         values = {

@@ -99,6 +99,8 @@ def test_open_change_and_close_an_incident(client: TestClient, store: AuditStore
     assert [e["exchange_id"] for e in patched.json()["exchanges"]] == [IDS[0], IDS[1]]
     assert client.patch(path, headers=AUTH, json={"link_exchanges": [IDS[1]]}).status_code == 400  # twice
     assert client.patch(path, headers=AUTH, json={"link_exchanges": ["no-such-record"]}).status_code == 400
+    # a bad value is 400 whatever its text holds (the router once matched "closed" in the message)
+    assert client.patch(path, headers=AUTH, json={"link_exchanges": ["closed-record"]}).status_code == 400
     assert client.patch(path, headers=AUTH, json={"status": "reported"}).json()["status"] == "reported"
     assert client.patch(path, headers=AUTH, json={"status": "open"}).status_code == 400  # no way back
     assert client.patch(path, headers=AUTH, json={"status": "closed"}).status_code == 200
@@ -145,8 +147,12 @@ def test_holds_over_the_api(client: TestClient) -> None:
     assert client.delete(f"/v1/holds/{hold_id}?reason=again", headers=AUTH).status_code == 409
     assert client.delete("/v1/holds/" + "9" * 36 + "?reason=x", headers=AUTH).status_code == 404
     assert client.delete("/v1/holds/%00?reason=x", headers=AUTH).status_code == 404
+    other = client.post("/v1/holds", headers=AUTH, json={"reason": "case 10", "user": "bob"}).json()["id"]
+    blank = client.delete(f"/v1/holds/{other}?reason=%20", headers=AUTH)  # a bad reason, not a conflict
+    assert (blank.status_code, blank.json()["error"]["code"]) == (400, "invalid_hold")
+    assert client.delete(f"/v1/holds/{other}?reason=done", headers=AUTH).status_code == 200
     assert client.get("/v1/holds", headers=AUTH).json() == []
-    assert [h["id"] for h in client.get("/v1/holds?include_released=true", headers=AUTH).json()] == [hold_id]
+    assert [h["id"] for h in client.get("/v1/holds?include_released=true", headers=AUTH).json()] == [hold_id, other]
 
 
 def _finished(client: TestClient, job_id: str) -> dict[str, Any]:

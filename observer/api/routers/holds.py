@@ -17,7 +17,7 @@ from observer.api.routers import KeyDep, StoreDep, actor_of
 from observer.api.schemas import ErrorResponse, HoldOut
 from observer.shape import rfc3339
 from observer.store import holds
-from observer.store.holds import HoldError, Scope
+from observer.store.holds import HoldError, HoldNotFound, HoldReleased, Scope
 
 router = APIRouter(prefix="/holds", tags=["holds"])
 
@@ -134,8 +134,11 @@ def release_hold(
         row = holds.release_hold(
             store.engine, key, store.store_id(), hold_id, reason, actor_of(principal), datetime.now(timezone.utc)
         )
+    except HoldNotFound as exc:
+        raise APIError(status.HTTP_404_NOT_FOUND, exc.code, str(exc)) from None
+    except HoldReleased as exc:
+        raise APIError(status.HTTP_409_CONFLICT, exc.code, str(exc)) from None
     except HoldError as exc:
-        code = status.HTTP_404_NOT_FOUND if str(exc).startswith("no hold") else status.HTTP_409_CONFLICT
-        raise APIError(code, exc.code, str(exc)) from None
+        raise APIError(status.HTTP_400_BAD_REQUEST, exc.code, str(exc)) from None
     note(request, rows=1, ids=[hold_id])
     return _hold(row)

@@ -17,7 +17,7 @@ from observer.api.filters import time_value
 from observer.api.routers import KeyDep, StoreDep, actor_of
 from observer.api.schemas import ErrorResponse, IncidentOut, IncidentSummary
 from observer.store import incidents
-from observer.store.incidents import IncidentError, IncidentNotFound
+from observer.store.incidents import IncidentClosed, IncidentError, IncidentNotFound
 
 router = APIRouter(prefix="/incidents", tags=["incidents"])
 
@@ -180,8 +180,9 @@ def patch_incident(
         )
     except IncidentNotFound as exc:
         raise APIError(status.HTTP_404_NOT_FOUND, "not_found", str(exc)) from None
+    except IncidentClosed as exc:
+        raise APIError(status.HTTP_409_CONFLICT, exc.code, str(exc)) from None
     except IncidentError as exc:
-        code = status.HTTP_409_CONFLICT if "closed" in str(exc) else status.HTTP_400_BAD_REQUEST
-        raise APIError(code, exc.code, str(exc)) from None
+        raise APIError(status.HTTP_400_BAD_REQUEST, exc.code, str(exc)) from None
     note(request, rows=1, ids=[out["id"], *body.link_exchanges])
     return out
