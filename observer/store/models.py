@@ -106,6 +106,16 @@ BigCount = Annotated[int, mapped_column(BigInteger)]
 
 #: Columns filtered by equality whose index is (column, started_at, id): the API's list order.
 FILTER_INDEXED = ("host", "end_user", "model", "request_model", "dialect", "outcome", "stop_reason", "conversation_id")
+#: What ``stats`` sums (``observer.store.query.stats``), held in the indexes it reads.
+STATS_SUMMED = ("input_tokens", "output_tokens", "usage_reported")
+#: The columns ``stats`` groups by (besides the day): their filter indexes also hold ``STATS_SUMMED``.
+STATS_GROUPED = ("model", "end_user", "dialect", "host")
+
+
+def filter_index_columns(column: str) -> tuple[str, ...]:
+    """The columns of ``column``'s filter index (``FILTER_INDEXED``), in order."""
+    return (column, "started_at", "id", *(STATS_SUMMED if column in STATS_GROUPED else ()))
+
 
 #: The partition key of the exchange tables on PostgreSQL (``observer.store.partitions``).
 PARTITION_BY = "RANGE (started_at)"
@@ -126,13 +136,17 @@ class ExchangeRow(Base):
         # columns serves that order by a backward scan on PostgreSQL and SQLite alike. The
         # columns after them are what stats sums (observer.store.query.stats): a stats call
         # reads this index, not the table (docs/performance.md).
-        Index("ix_exchanges_started_at_id", "started_at", "id", "input_tokens", "output_tokens", "usage_reported"),
+        Index("ix_exchanges_started_at_id", "started_at", "id", *STATS_SUMMED),
         # One record per (writer, seq): the journal's numbering, so a replay never duplicates
         # (with started_at: the partition key; a record's started_at never changes).
         Index("ux_exchanges_writer_id_seq", "writer_id", "seq", "started_at", unique=True),
         # The API's filters (observer.store.query): each equality filter's first page is a range
-        # of one index, already in page order.
-        *(Index(f"ix_exchanges_{c}_started_at_id", c, "started_at", "id") for c in FILTER_INDEXED),
+        # of one index, already in page order; stats by a grouped column reads its index alone.
+        *(Index(f"ix_exchanges_{c}_started_at_id", *filter_index_columns(c)) for c in FILTER_INDEXED),
+        # Combined filters follow one of those indexes and test the others per row, which is
+        # slow only when the two rarely meet; error records have no response model, so
+        # model+outcome=error would read every error record (docs/performance.md).
+        Index("ix_exchanges_outcome_model_started_at_id", "outcome", "model", "started_at", "id"),
         Index("ix_exchanges_request_id", "request_id"),
         Index("ix_exchanges_continuation_hash", "continuation_hash"),
         # recorded_after: the order records were stored in (observer.store.stored).
@@ -225,15 +239,23 @@ class ChildRow:
     position: Mapped[int] = mapped_column(primary_key=True, sort_order=-1, comment="Order within the record")
 
 
-def _child_args(comment: str) -> tuple[Any, ...]:
-    """A child table's ``__table_args__``: the foreign key to its record (deleted with it) and
-    the same partitioning as ``exchanges``."""
+def _child_args(comment: str, *indexes: Index) -> tuple[Any, ...]:
+    """A child table's ``__table_args__``: the foreign key to its record (deleted with it), the
+    same partitioning as ``exchanges``, and ``indexes``."""
     return (
         ForeignKeyConstraint(
             ["exchange_id", "exchange_started_at"], ["exchanges.id", "exchanges.started_at"], ondelete="CASCADE"
         ),
+        *indexes,
         {"comment": comment, "postgresql_partition_by": "RANGE (exchange_started_at)"},
     )
+
+
+def _walk_index(table: str, column: str) -> Index:
+    """The index a child filter (``tool``, ``violation``) walks: (``column``, the record's start,
+    its id), so the first page of the records with such a child is a backward range of it, in
+    the list's order (``observer.store.query.page``)."""
+    return Index(f"ix_{table}_{column}_started_at_id", column, "exchange_started_at", "exchange_id")
 
 
 class BlockRow(ChildRow, Base):
@@ -252,11 +274,13 @@ class ToolCallRow(ChildRow, Base):
     """One tool invocation requested by the model (``observer.records.ToolCall``)."""
 
     __tablename__ = "exchange_tool_calls"
-    __table_args__ = _child_args("Tool calls requested by the model, in record order.")
+    __table_args__ = _child_args(
+        "Tool calls requested by the model, in record order.", _walk_index("exchange_tool_calls", "name")
+    )
 
     index: Mapped[BigCount | None] = mapped_column(comment="Tool call index as on the wire")
     call_id: Mapped[str | None] = mapped_column(comment="gen_ai.tool.call.id")
-    name: Mapped[str | None] = mapped_column(index=True, comment="gen_ai.tool.name")
+    name: Mapped[str | None] = mapped_column(comment="gen_ai.tool.name")
     arguments: Mapped[str] = mapped_column(comment="gen_ai.tool.call.arguments, exactly as streamed")
     declared: Mapped[bool] = mapped_column(comment="Name was among the request's declared tools")
 
@@ -265,9 +289,11 @@ class ViolationRow(ChildRow, Base):
     """One protocol or lifecycle violation (``observer.records.Violation``)."""
 
     __tablename__ = "exchange_violations"
-    __table_args__ = _child_args("Protocol and lifecycle violations, in record order.")
+    __table_args__ = _child_args(
+        "Protocol and lifecycle violations, in record order.", _walk_index("exchange_violations", "kind")
+    )
 
-    kind: Mapped[Label] = mapped_column(index=True, comment="observer.records.ViolationKind value")
+    kind: Mapped[Label] = mapped_column(comment="observer.records.ViolationKind value")
     seq: Mapped[BigCount | None] = mapped_column(comment="Stream seq concerned (may exceed 2^53)")
     detail: Mapped[str]
 

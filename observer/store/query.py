@@ -8,7 +8,9 @@ such tool call name / violation kind. Pages:
 
 - ``page``: newest first by ``(started_at, id)``, keyset-paginated by an opaque cursor, so
   records stored meanwhile never shift a page (a record stored later with an older
-  ``started_at`` lands behind the reader: use ``feed`` to see every record);
+  ``started_at`` lands behind the reader: use ``feed`` to see every record); with a child
+  filter it walks the child rows into their records (``_walk``) unless an equality filter
+  matches fewer records;
 - ``feed``: oldest stored first by ``(stored_seq, id)`` after a position
   (``observer.store.stored``): every record exactly once, late ones included.
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, and_, case, exists, func, literal, select, tuple_
+from sqlalchemy import Connection, Engine, Row, Select, Table, and_, case, exists, func, literal, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from observer.shape import rfc3339
@@ -79,10 +81,12 @@ class Filters:
         return out
 
 
-#: A child filter (``tool``, ``violation``) or SQLite search matching at most this many rows is
-#: applied as the set of their records (``IN``); above it, row by row along the page's index
-#: (``EXISTS``): the first reads few index entries when matches are rare, the second stops after
-#: a page when they are common (bench/queries.py measured both sides of it).
+#: In the feed and stats, a child filter (``tool``, ``violation``) or a PostgreSQL search
+#: matching at most this many rows is applied as the set of their records (``IN``); above it,
+#: row by row along the query's index (``EXISTS``): the first reads few index entries when
+#: matches are rare, the second stops after a page when they are common (bench/queries.py
+#: measured both sides of it). A page with a child filter counts to it to choose its side
+#: (``_walked``).
 SELECTIVE_MAX = 5000
 #: The same for a SQLite search (its matching rowids as a subquery): taking the set costs ~4 µs per match (sorting rowids), probing
 #: the FTS5 index row by row ~0.3 ms per row read until a page fills (50 / the share of records
@@ -90,10 +94,29 @@ SELECTIVE_MAX = 5000
 SEARCH_SELECTIVE_MAX = 50_000
 
 
-def where(filters: Filters, conn: Connection) -> list[ColumnElement[bool]]:
+def _children(filters: Filters) -> list[tuple[str, Table, ColumnElement[Any]]]:
+    """The child filters set: (value, child table, the column it must equal)."""
+    tc, vt = ToolCallRow.__table__, ViolationRow.__table__
+    pairs = ((filters.tool, tc, tc.c.name), (filters.violation, vt, vt.c.kind))
+    return [(value, child, match) for value, child, match in pairs if value is not None]
+
+
+def _has(child: Table, match: ColumnElement[Any], value: str) -> ColumnElement[bool]:
+    """The record has a ``child`` row whose ``match`` is ``value`` (a probe of the child's key)."""
+    ex = ExchangeRow.__table__
+    return exists().where(
+        child.c.exchange_id == ex.c.id, child.c.exchange_started_at == ex.c.started_at, match == value
+    )
+
+
+def where(
+    filters: Filters, conn: Connection, *, walked: Table | None = None, probe: bool = False
+) -> list[ColumnElement[bool]]:
     """The SQL conditions of ``filters`` on ``exchanges`` for the engine of ``conn`` (which
-    counts, capped, how selective the child and search filters are). Raises ``ValueError`` for
-    a ``q`` without a word (``observer.store.search.words``)."""
+    counts, capped, how selective the child and search filters are), but none for the child
+    table ``walked`` (the query joins it: ``page``); ``probe``: the child filters as a probe per
+    record, not counted (the page follows a selective equality filter). Raises ``ValueError``
+    for a ``q`` without a word (``observer.store.search.words``)."""
     ex = ExchangeRow.__table__
     conds: list[ColumnElement[bool]] = []
     if filters.since is not None:
@@ -104,19 +127,17 @@ def where(filters: Filters, conn: Connection) -> list[ColumnElement[bool]]:
         value = getattr(filters, name)
         if value is not None:
             conds.append(ex.c[column] == value)
-    tc, vt = ToolCallRow.__table__, ViolationRow.__table__
-    for value, child, match in ((filters.tool, tc, tc.c.name), (filters.violation, vt, vt.c.kind)):
-        if value is None:
+    for value, child, match in _children(filters):
+        if child is walked:
+            continue
+        if probe:
+            conds.append(_has(child, match, value))
             continue
         ids = _ids(conn, select(child.c.exchange_id).where(match == value).distinct(), SELECTIVE_MAX)
         if ids is not None:
             conds.append(ex.c.id.in_(ids))
         else:
-            conds.append(
-                exists().where(
-                    child.c.exchange_id == ex.c.id, child.c.exchange_started_at == ex.c.started_at, match == value
-                )
-            )
+            conds.append(_has(child, match, value))
     if filters.q is not None:
         if conn.dialect.name == "sqlite":
             few = _few(conn, search.matches_sqlite(filters.q), SEARCH_SELECTIVE_MAX)
@@ -140,8 +161,7 @@ def _few(conn: Connection, rows: Select[Any], cap: int | None = None) -> bool:
     """Whether ``rows`` has at most ``cap`` (default ``SELECTIVE_MAX``) rows, reading at most
     one more."""
     cap = SELECTIVE_MAX if cap is None else cap
-    capped = rows.limit(cap + 1).subquery()
-    return (conn.scalar(select(func.count()).select_from(capped)) or 0) <= cap
+    return _count(conn, rows, cap) <= cap
 
 
 def page(engine: Engine, filters: Filters, limit: int = 50, cursor: str | None = None) -> tuple[list[Item], str | None]:
@@ -151,15 +171,115 @@ def page(engine: Engine, filters: Filters, limit: int = 50, cursor: str | None =
     _check_limit(limit)
     ex = ExchangeRow.__table__
     after = decode_cursor(cursor) if cursor is not None else None
+    children = _children(filters)
     with engine.connect() as conn:
-        stmt = select(*SUMMARY_COLUMNS).where(*where(filters, conn))
-        if after is not None:
-            stmt = stmt.where(tuple_(ex.c.started_at, ex.c.id) < tuple_(*after))
-        stmt = stmt.order_by(ex.c.started_at.desc(), ex.c.id.desc()).limit(limit + 1)
-        rows = conn.execute(stmt).all()
+        walked = _walked(conn, filters, children) if children else None
+        if walked is not None:
+            rows = _walk(conn, filters, walked, after, limit + 1)
+        else:
+            stmt = select(*SUMMARY_COLUMNS).where(*where(filters, conn, probe=bool(children)))
+            if after is not None:
+                stmt = stmt.where(tuple_(ex.c.started_at, ex.c.id) < tuple_(*after))
+            stmt = stmt.order_by(ex.c.started_at.desc(), ex.c.id.desc()).limit(limit + 1)
+            rows = conn.execute(stmt).all()
     items = [summary_from_row(r._mapping) for r in rows[:limit]]
     next_cursor = encode_cursor(rows[limit - 1].started_at, rows[limit - 1].id) if len(rows) > limit else None
     return items, next_cursor
+
+
+def _walked(
+    conn: Connection, filters: Filters, children: list[tuple[str, Table, ColumnElement[Any]]]
+) -> tuple[str, Table, ColumnElement[Any]] | None:
+    """Which child filter the page walks (``_walk``): the one with the fewest matching child
+    rows; ``None`` when an equality filter matches fewer records than that (the page then
+    follows the filter's index and probes the children per record: ``tool`` with a rare
+    ``user`` walked every call of the tool). Counts read at most ``SELECTIVE_MAX`` + 1 index
+    entries each, the equality filters' at most as many as the fewest children; none when
+    there is only one child filter and no equality filter."""
+    given = ((column, getattr(filters, name)) for name, column in COLUMN_FILTERS.items())
+    equal = [(column, value) for column, value in given if value is not None]
+    if len(children) == 1 and not equal:
+        return children[0]
+    ex = ExchangeRow.__table__
+    counted = [
+        (_count(conn, select(literal(1)).select_from(c[1]).where(*_walk_range(filters, c)), SELECTIVE_MAX), c)
+        for c in children
+    ]
+    fewest, walked = min(counted, key=lambda pair: pair[0])
+    for column, value in equal:
+        rows = select(literal(1)).select_from(ex).where(ex.c[column] == value, *_time_range(filters, ex.c.started_at))
+        if _count(conn, rows, fewest - 1) < fewest:
+            return None
+    return walked
+
+
+def _count(conn: Connection, rows: Select[Any], cap: int) -> int:
+    """How many rows ``rows`` has, but at most ``cap`` + 1 (reading no more)."""
+    capped = rows.limit(cap + 1).subquery()
+    return conn.scalar(select(func.count()).select_from(capped)) or 0
+
+
+def _time_range(filters: Filters, column: ColumnElement[Any]) -> list[ColumnElement[bool]]:
+    """``since`` / ``until`` on ``column``."""
+    conds = []
+    if filters.since is not None:
+        conds.append(column >= filters.since)
+    if filters.until is not None:
+        conds.append(column < filters.until)
+    return conds
+
+
+def _walk_range(filters: Filters, child: tuple[str, Table, ColumnElement[Any]]) -> list[ColumnElement[bool]]:
+    """The child rows ``child`` matches within the time filters (on the child's own partition
+    key, so PostgreSQL prunes its partitions too)."""
+    value, table, match = child
+    return [match == value, *_time_range(filters, table.c.exchange_started_at)]
+
+
+def _walk(
+    conn: Connection,
+    filters: Filters,
+    child: tuple[str, Table, ColumnElement[Any]],
+    after: tuple[datetime, str] | None,
+    wanted: int,
+) -> list[Row[Any]]:
+    """The first ``wanted`` rows of the page of ``filters`` after ``after``, found by walking the
+    child filter's index ``(value, exchange_started_at, exchange_id)`` backwards (the page's
+    order) and joining each match to its record by key (models ``_walk_index``): a page reads
+    about ``wanted`` child rows divided by the share of them the other filters keep, whatever
+    the planner would estimate (it took rare tools for common ones and common for rare:
+    docs/performance.md). On PostgreSQL the record is a ``LATERAL`` subquery with ``LIMIT 1``
+    (one row per key), which the planner can neither flatten nor turn into a hash join: it
+    estimated a join on both key columns at one row and hashed every exchange (2.6 s); SQLite
+    already walks the child index into the key. A record with several matching children
+    appears once per child: those come together (the same key) and are dropped here, the
+    join read on after the last key when they leave fewer than ``wanted`` (one pass)."""
+    table = child[1]
+    ex = ExchangeRow.__table__
+    at, record = table.c.exchange_started_at, table.c.exchange_id
+    key = and_(ex.c.id == record, ex.c.started_at == at)
+    others = where(filters, conn, walked=table)
+    if conn.dialect.name == "postgresql":
+        one = select(*SUMMARY_COLUMNS).where(key, *others).limit(1).lateral("exchange")
+        stmt = select(*one.c).select_from(table).join(one, literal(True)).where(*_walk_range(filters, child))
+    else:
+        stmt = select(*SUMMARY_COLUMNS).select_from(table.join(ex, key)).where(*_walk_range(filters, child), *others)
+    stmt = stmt.order_by(at.desc(), record.desc())
+    kept: list[Row[Any]] = []
+    position = after
+    while True:  # bounded: each round starts strictly after the last, or is the last
+        need = wanted - len(kept)
+        batch = stmt if position is None else stmt.where(tuple_(at, record) < tuple_(*position))
+        rows = conn.execute(batch.limit(need)).all()
+        last = kept[-1].id if kept else None  # a record's children are adjacent
+        for r in rows:
+            if r.id != last:
+                kept.append(r)
+                last = r.id
+        if len(kept) >= wanted or len(rows) < need:
+            return kept[:wanted]
+        # After the last row's key: the rest of that record's children are passed over with it.
+        position = (rows[-1].started_at, rows[-1].id)
 
 
 #: The position before every record (``recorded_after=0``).

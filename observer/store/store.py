@@ -29,7 +29,7 @@ from observer.errors import ObserverError
 from observer.jsontext import loads
 from observer.records import Exchange
 from observer.shape import parse_rfc3339, rfc3339
-from observer.store import search
+from observer.store import analyze, search
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.events import event_head
 from observer.store.linking import link
@@ -80,6 +80,7 @@ class AuditStore:
     def __init__(self, url: str) -> None:
         self._engine = _create_engine(url)
         self._partitions = Partitions()
+        self._analyzed_at: int | None = None  # SQLite: observer.store.analyze, read on first use
 
     @classmethod
     def from_engine(cls, engine: Engine) -> AuditStore:
@@ -89,6 +90,7 @@ class AuditStore:
             event.listen(engine, "connect", _sqlite_on_connect)
         store._engine = engine
         store._partitions = Partitions()
+        store._analyzed_at = None
         return store
 
     @property
@@ -134,6 +136,7 @@ class AuditStore:
         ids = [r["id"] for r in exchanges]
         id_column = ExchangeRow.__table__.c.id
         stored: set[str] = set()
+        last_stored: int | None = None  # SQLite: the stored-order number of the batch's last record
         times = [r["started_at"] for r in exchanges]
         self._partitions.ensure(self._engine, times)  # PostgreSQL: the months' partitions
         for attempt in (1, 2):
@@ -171,7 +174,8 @@ class AuditStore:
                         if rows:
                             session.execute(self._insert(table, sqlite), rows)
                     if sqlite and exchanges:
-                        search.index_sqlite(session.connection(), first, first + len(exchanges) - 1)
+                        last_stored = first + len(exchanges) - 1
+                        search.index_sqlite(session.connection(), first, last_stored)
                 break
             except sa_exc.IntegrityError as exc:
                 # A month's partition dropped by a purge since this store made it (a record
@@ -182,7 +186,25 @@ class AuditStore:
                 self._partitions.ensure(self._engine, times)
         if stored:
             log.info("audit store: %d of %d records were already stored", len(stored), len(ids))
+        if last_stored is not None:
+            self._refresh_statistics(last_stored)
         return len(stored)
+
+    def _refresh_statistics(self, stored: int) -> None:
+        """SQLite: ``ANALYZE`` when ``stored`` records make it due (``observer.store.analyze``).
+        The batch is committed already: a failure here is logged, never raised."""
+        if self._analyzed_at is not None and not analyze.due(self._analyzed_at, stored):
+            return
+        try:
+            with self._engine.begin() as conn:
+                at = analyze.analyzed_at(conn)
+                if analyze.due(at, stored):
+                    analyze.analyze(conn, stored)
+                    at = stored
+        except sa_exc.SQLAlchemyError as exc:
+            log.warning("audit store: SQLite statistics not refreshed (%s); plans may be slower", type(exc).__name__)
+            return
+        self._analyzed_at = at
 
     @staticmethod
     def _insert(table: Any, sqlite: bool) -> Any:
@@ -436,7 +458,23 @@ def _create_engine(url: str) -> Engine:
 
         prepare_sqlite_file(url, make_folder=False)
         event.listen(engine, "connect", _sqlite_on_connect)
+    elif backend == "postgresql":
+        event.listen(engine, "connect", _postgresql_on_connect)
     return engine
+
+
+def _postgresql_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+    """JIT compilation off for the store's sessions: a scan of the whole store (``stats``)
+    spent 100-340 ms of ~900 compiling (PostgreSQL 15 defaults, 1,000,000 records:
+    docs/performance.md), and no query of the store runs long enough to win it back. A ``SET``
+    after connecting, not a startup ``options`` parameter, which poolers such as PgBouncer
+    refuse."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SET jit = off")
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
 
 
 def _sqlite_on_connect(dbapi_connection: Any, connection_record: Any) -> None:

@@ -18,6 +18,8 @@ from fastapi.testclient import TestClient
 
 from observer.api import create_app
 from observer.records import Block, ErrorInfo, Exchange, ToolCall, Usage, Violation
+from observer.store import query
+from observer.store.models import ToolCallRow, ViolationRow
 from observer.store.store import AuditStore
 from observer.store.stored import horizon
 
@@ -167,6 +169,69 @@ def test_filters_page_with_the_cursor(client: TestClient) -> None:
     assert [i["id"] for i in first["items"]] == ["q5", "q3"]
     second = _get(client, "/v1/exchanges", {"model": "gpt-4o", "limit": 2, "cursor": first["next_cursor"]})
     assert ([i["id"] for i in second["items"]], second["next_cursor"]) == (["q1"], None)
+
+
+def _pages(client: TestClient, params: dict[str, Any]) -> list[list[str]]:
+    """Every page of ``params`` (its ids), following the cursors (at most 20 pages)."""
+    pages, cursor = [], None
+    for _ in range(20):
+        body = _get(client, "/v1/exchanges", {**params, **({"cursor": cursor} if cursor else {})})
+        pages.append([i["id"] for i in body["items"]])
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return pages
+    pytest.fail("more than 20 pages")
+
+
+def test_a_child_filter_lists_a_record_once_however_many_children_match(
+    store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    """``tool`` / ``violation`` walk the child rows into their records: a record calling the tool
+    three or five times is one item, on every page size and across cursors."""
+
+    def calls(*names: str) -> list[ToolCall]:
+        return [ToolCall(index=i, id=f"c{i}", name=n, arguments="{}") for i, n in enumerate(names)]
+
+    r1 = make_exchange("r1", T0)
+    r1.tool_calls = calls("get_weather", "get_weather", "get_weather")
+    r1.violations = [Violation(kind="seq_gap", seq=s) for s in (1, 2, 3, 4)]
+    r2 = make_exchange("r2", T0 + timedelta(hours=1), model="claude-3")
+    r2.tool_calls = calls("get_weather", "search", "get_weather", "get_weather", "get_weather", "get_weather")
+    r3 = make_exchange("r3", T0 + timedelta(hours=2), model="claude-3")
+    r3.tool_calls = calls("search")
+    r3.violations = [Violation(kind="seq_gap", seq=9)]
+    r4 = make_exchange("r4", T0 + timedelta(hours=3))
+    r4.tool_calls = calls("get_weather")
+    r4.violations = [Violation(kind="seq_gap", seq=1), Violation(kind="seq_gap", seq=2)]
+    store.write_many([r1, r2, r3, r4])
+    with TestClient(create_app(store, TOKEN)) as client:
+        weather = {"tool": "get_weather"}
+        assert _pages(client, {**weather, "limit": 1}) == [["r4"], ["r2"], ["r1"]]
+        assert _pages(client, {**weather, "limit": 2}) == [["r4", "r2"], ["r1"]]
+        assert _pages(client, {**weather, "limit": 3}) == [["r4", "r2", "r1"]]
+        assert _pages(client, {**weather, "limit": 50}) == [["r4", "r2", "r1"]]
+        assert _pages(client, {**weather, "model": "claude-3", "limit": 1}) == [["r2"]]
+        assert _pages(client, {**weather, "violation": "seq_gap", "limit": 1}) == [["r4"], ["r1"]]
+        assert _pages(client, {"violation": "seq_gap", "limit": 2}) == [["r4", "r3"], ["r1"]]
+        assert _pages(client, {"violation": "seq_gap", "until": "2025-06-01T11:30:00Z"}) == [["r3", "r1"]]
+        assert _pages(client, {"tool": "search", "since": "2025-06-01T10:00:00Z"}) == [["r3", "r2"]]
+        # model=claude-3 has 2 records, get_weather 9 calls: the page follows the model (r3 has no such call)
+        assert _pages(client, {**weather, "model": "claude-3"}) == [["r2"]]
+        assert _pages(client, {"violation": "seq_gap", "model": "claude-3"}) == [["r3"]]
+    # Which side each walks (counted by hand: get_weather 9 calls, search 2, seq_gap 7 violations).
+    tc, vt = ToolCallRow.__table__, ViolationRow.__table__
+    with store.engine.connect() as conn:
+
+        def walked(**given: str) -> Any:
+            filters = query.Filters(**given)
+            chosen = query._walked(conn, filters, query._children(filters))
+            return None if chosen is None else chosen[1]
+
+        assert walked(tool="get_weather") is tc
+        assert walked(tool="get_weather", model="claude-3") is None
+        assert walked(tool="search", model="claude-3") is tc  # 2 records are not fewer than 2 calls
+        assert walked(tool="get_weather", violation="seq_gap") is vt
+        assert walked(tool="search", violation="seq_gap") is tc
 
 
 SEARCHES: list[tuple[str, list[str]]] = [

@@ -362,6 +362,19 @@ def test_sqlite_pragmas(tmp_path: Path) -> None:
     store.dispose()
 
 
+def test_postgresql_sessions_run_without_jit(pg_migrated_url: str) -> None:
+    """The store's PostgreSQL sessions have JIT off (the server's default is on), and keep it
+    after a rollback: it is set once per connection, outside any transaction."""
+    store = AuditStore(pg_migrated_url)
+    try:
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW jit").scalar() == "off"
+            conn.rollback()
+            assert conn.exec_driver_sql("SHOW jit").scalar() == "off"
+    finally:
+        store.dispose()
+
+
 def test_sqlite_relative_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``sqlite:///observer.db`` is a file in the current directory."""
     monkeypatch.chdir(tmp_path)
@@ -501,3 +514,45 @@ def test_json_is_read_as_the_standard_library_reads_it(text: str) -> None:
 def test_an_id_no_record_can_have_is_none(store: AuditStore, rid: str) -> None:
     """Trial finding: GET /v1/exchanges/%00 gave 500 on PostgreSQL (a NUL in a query is an error there)."""
     assert store.get(rid) is None
+
+
+def _stat_rows(store: AuditStore) -> int | None:
+    """The row count ``sqlite_stat1`` holds for ``exchanges`` (None: never analyzed)."""
+    with store.engine.connect() as conn:
+        if not conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").first():
+            return None
+        stat = conn.exec_driver_sql("SELECT stat FROM sqlite_stat1 WHERE idx = 'ix_exchanges_started_at_id'").scalar()
+    return None if stat is None else int(stat.split()[0])
+
+
+def test_sqlite_statistics_are_refreshed_as_the_store_doubles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_exchange: Callable[..., Exchange]
+) -> None:
+    """SQLite gets ``ANALYZE`` from the writer at ``FIRST`` records and then at each doubling of
+    the stored count (here FIRST = 4: at 4, 8, 16), remembered across store objects."""
+    monkeypatch.setattr("observer.store.analyze.FIRST", 4)
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    upgrade(url)
+    store = AuditStore(url)
+    t0 = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    n = 0
+
+    def write(count: int, into: AuditStore) -> None:
+        nonlocal n
+        into.write_many([make_exchange(f"r{n + k}", t0 + timedelta(seconds=n + k)) for k in range(count)])
+        n += count
+
+    counts = []
+    for count in (3, 1, 3, 1, 7):
+        write(count, store)
+        counts.append(_stat_rows(store))
+    assert counts == [None, 4, 4, 8, 8]  # after 3, 4, 7, 8, 15 records
+    store.dispose()
+    again = AuditStore(url)  # a restart: the count of the last run comes from store_meta
+    write(1, again)
+    assert _stat_rows(again) == 16
+    write(15, again)
+    assert _stat_rows(again) == 16  # 31 < 32
+    write(1, again)
+    assert _stat_rows(again) == 32
+    again.dispose()
