@@ -84,6 +84,8 @@ class AccessLog:
         self._store_id: str | None = None
         #: The highest seq this process appended: a head below it means entries were deleted.
         self._last_seq = 0
+        #: The newest access-log checkpoint this process knows of (``access.append``).
+        self._checkpointed: access.Checkpointed | None = None
         self._lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -148,9 +150,15 @@ class AccessLog:
     def _append(self, entry: access.Entry) -> None:
         if self._store_id is None:
             self._store_id = self.store.store_id()
-        row = access.append(self.store.engine, self._store_id, entry, self.key, after=self._last_seq)
+        done = access.append(
+            self.store.engine, self._store_id, entry, self.key, after=self._last_seq, checkpointed=self._checkpointed
+        )
         with self._lock:
-            self._last_seq = max(self._last_seq, row["seq"])
+            self._last_seq = max(self._last_seq, done.row["seq"])
+            if done.checkpointed is not None and (
+                self._checkpointed is None or done.checkpointed[0] > self._checkpointed[0]
+            ):
+                self._checkpointed = done.checkpointed
 
 
 def _entry(scope: Scope, auth: Authentication, status: int) -> access.Entry:

@@ -77,19 +77,44 @@ class Entry:
     ids: list[str] | None = None
 
 
+#: A checkpoint of the log known to exist: (its seq, its ``created_at``).
+Checkpointed = tuple[int, datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What ``append`` wrote: the entry's row, and the newest checkpoint it knows of (to pass
+    back as ``checkpointed`` next time; ``None`` without a key)."""
+
+    row: dict[str, Any]
+    checkpointed: Checkpointed | None
+
+
 def append(
-    engine: Engine, store_id: str, entry: Entry, key: CheckpointKey | None, *, after: int = 0, attempts: int = 3
-) -> dict[str, Any]:
+    engine: Engine,
+    store_id: str,
+    entry: Entry,
+    key: CheckpointKey | None,
+    *,
+    after: int = 0,
+    checkpointed: Checkpointed | None = None,
+    attempts: int = 3,
+) -> Appended:
     """Appends ``entry`` (and a checkpoint when due, signed with ``key``; none without one) in
-    one transaction; returns the row written. ``after``: the highest seq the caller appended
-    before; a head below it means entries were deleted since, and a ``TRUNCATED`` entry saying
-    so is appended first (chained and signed like any: the deletion cannot be hidden by the
-    entries that follow). Raises ``sqlalchemy.exc.SQLAlchemyError`` when the database refuses
-    (the caller must then not answer the call)."""
+    one transaction. ``after``: the highest seq the caller appended before; a head below it
+    means entries were deleted since, and a ``TRUNCATED`` entry saying so is appended first
+    (chained and signed like any: the deletion cannot be hidden by the entries that follow).
+    ``checkpointed``: a checkpoint the caller knows of (``Appended.checkpointed``); while the
+    entry is fewer than ``CHECKPOINT_EVERY`` entries and less than ``CHECKPOINT_AFTER`` after it,
+    no checkpoint can be due (the newest one is at least as new), so the newest is not read:
+    one statement less per call (docs/performance.md). Against another host's clock a
+    checkpoint may come up to the clocks' difference late. Raises
+    ``sqlalchemy.exc.SQLAlchemyError`` when the database refuses (the caller must then not
+    answer the call)."""
     for attempt in range(1, attempts + 1):
         try:
             with engine.begin() as conn:
-                return _append(conn, store_id, entry, key, after)
+                return _append(conn, store_id, entry, key, after, checkpointed)
         except sa_exc.IntegrityError:
             # The lock row was made by two processes at once, or a seq taken: read the head again.
             if attempt == attempts:
@@ -97,7 +122,14 @@ def append(
     raise AssertionError("unreachable")
 
 
-def _append(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | None, after: int) -> dict[str, Any]:
+def _append(
+    conn: Connection,
+    store_id: str,
+    entry: Entry,
+    key: CheckpointKey | None,
+    after: int,
+    checkpointed: Checkpointed | None,
+) -> Appended:
     if not conn.execute(_LOCK).rowcount:
         conn.execute(insert(_META), [{"key": LOCK_KEY, "value": ""}])
     last = conn.execute(_HEAD).first()
@@ -117,12 +149,19 @@ def _append(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | 
             params={"last_seq_written": after, "last_seq_found": seq},
             status=0,
         )
-        _insert(conn, store_id, marker, key, last)
+        checkpointed = _insert(conn, store_id, marker, key, last, checkpointed).checkpointed
         last = conn.execute(_HEAD).first()
-    return _insert(conn, store_id, entry, key, last)
+    return _insert(conn, store_id, entry, key, last, checkpointed)
 
 
-def _insert(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | None, last: Any) -> dict[str, Any]:
+def _insert(
+    conn: Connection,
+    store_id: str,
+    entry: Entry,
+    key: CheckpointKey | None,
+    last: Any,
+    checkpointed: Checkpointed | None,
+) -> Appended:
     seq, head = (0, GENESIS) if last is None else (last.seq, bytes.fromhex(last.record_hash))
     writer = access_writer(store_id)
     row: dict[str, Any] = {
@@ -141,14 +180,22 @@ def _insert(conn: Connection, store_id: str, entry: Entry, key: CheckpointKey | 
     }
     row["record_hash"] = chain_hash(head, canonical_access(row, writer)).hex()
     conn.execute(_APPEND, row)
-    if key is not None:
-        cp = conn.execute(_LAST_CHECKPOINT, {"writer": writer}).first()
-        due = cp is None or row["seq"] - cp.seq >= CHECKPOINT_EVERY or entry.at - cp.created_at >= CHECKPOINT_AFTER
-        if due:
-            number, prev = (1, ZERO_HASH) if cp is None else (cp.number + 1, note_hash(cp.note))
-            signed = make_checkpoint(key, store_id, writer, number, row["seq"], row["record_hash"], entry.at, prev)
-            conn.execute(insert(_CHECKPOINTS), [signed])
-    return row
+    if key is None:
+        return Appended(row, None)
+    if checkpointed is not None and not _due(row["seq"], entry.at, *checkpointed):
+        return Appended(row, checkpointed)
+    cp = conn.execute(_LAST_CHECKPOINT, {"writer": writer}).first()
+    if cp is not None and not _due(row["seq"], entry.at, cp.seq, cp.created_at):
+        return Appended(row, (cp.seq, cp.created_at))
+    number, prev = (1, ZERO_HASH) if cp is None else (cp.number + 1, note_hash(cp.note))
+    signed = make_checkpoint(key, store_id, writer, number, row["seq"], row["record_hash"], entry.at, prev)
+    conn.execute(insert(_CHECKPOINTS), [signed])
+    return Appended(row, (row["seq"], entry.at))
+
+
+def _due(seq: int, at: datetime, checkpoint_seq: int, checkpoint_at: datetime) -> bool:
+    """Whether entry ``seq`` at ``at`` is due a checkpoint after one at ``checkpoint_seq``."""
+    return seq - checkpoint_seq >= CHECKPOINT_EVERY or at - checkpoint_at >= CHECKPOINT_AFTER
 
 
 def entries(conn: Connection, *, batch: int = 5000) -> Iterator[dict[str, Any]]:

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from observer.errors import ConfigError
 from observer.store import search
+from observer.store.models import SQLITE_ONLY_INDEXES
 from observer.store.partitions import is_partition
 
 log = logging.getLogger("observer.store")
@@ -51,7 +52,11 @@ def include_name(name: str | None, type_: str, parent_names: object) -> bool:
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     """Alembic's ``include_object`` hook: leaves out the foreign keys PostgreSQL keeps for each
-    partition a partitioned foreign key references (reflected as keys to ``exchanges_pYYYY_MM``)."""
+    partition a partitioned foreign key references (reflected as keys to ``exchanges_pYYYY_MM``),
+    and the SQLite-only expression indexes (``models.SQLITE_ONLY_INDEXES``: made on SQLite alone,
+    which cannot reflect an expression index, so there is nothing to compare on either engine)."""
+    if type_ == "index" and name in SQLITE_ONLY_INDEXES:
+        return False
     if type_ == "foreign_key_constraint" and reflected:
         referred = getattr(obj, "referred_table", None)
         return not (referred is not None and is_partition(referred.name))

@@ -35,6 +35,7 @@ from sqlalchemy import (
     String,
     Text,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.engine import Dialect
@@ -108,6 +109,11 @@ BigCount = Annotated[int, mapped_column(BigInteger)]
 FILTER_INDEXED = ("host", "end_user", "model", "request_model", "dialect", "outcome", "stop_reason", "conversation_id")
 #: What ``stats`` sums (``observer.store.query.stats``), held in the indexes it reads.
 STATS_SUMMED = ("input_tokens", "output_tokens", "usage_reported")
+#: The UTC day of ``started_at`` on SQLite (its text form starts ``YYYY-MM-DD``), spelled exactly
+#: as ``stats`` groups by it: an expression index serves only the same expression.
+SQLITE_DAY = "substr(started_at, 1, 10)"
+#: Indexes made on SQLite only (``Index.ddl_if``; left out of the schema comparison).
+SQLITE_ONLY_INDEXES = frozenset({"ix_exchanges_day"})
 #: The columns ``stats`` groups by (besides the day): their filter indexes also hold ``STATS_SUMMED``.
 STATS_GROUPED = ("model", "end_user", "dialect", "host")
 
@@ -147,6 +153,9 @@ class ExchangeRow(Base):
         # slow only when the two rarely meet; error records have no response model, so
         # model+outcome=error would read every error record (docs/performance.md).
         Index("ix_exchanges_outcome_model_started_at_id", "outcome", "model", "started_at", "id"),
+        # SQLite: stats by day reads the days in order (no sort of every row's day); PostgreSQL
+        # groups by a hash of date_trunc's day instead (observer.store.query.stats).
+        Index("ix_exchanges_day", text(SQLITE_DAY), *STATS_SUMMED).ddl_if(dialect="sqlite"),
         Index("ix_exchanges_request_id", "request_id"),
         Index("ix_exchanges_continuation_hash", "continuation_hash"),
         # recorded_after: the order records were stored in (observer.store.stored).

@@ -25,12 +25,26 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, Table, and_, case, exists, func, literal, select, tuple_
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    Select,
+    Table,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    literal_column,
+    select,
+    tuple_,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from observer.shape import rfc3339
 from observer.store import search
-from observer.store.models import ExchangeRow, ToolCallRow, ViolationRow
+from observer.store.models import SQLITE_DAY, ExchangeRow, ToolCallRow, ViolationRow
 from observer.store.rows import SUMMARY_COLUMNS, summary_from_row
 from observer.store.store import CURSOR_MAX_CHARS, LIST_LIMIT_MAX, InvalidCursor, decode_cursor, encode_cursor
 from observer.store.stored import horizon
@@ -193,24 +207,31 @@ def _walked(
     """Which child filter the page walks (``_walk``): the one with the fewest matching child
     rows; ``None`` when an equality filter matches fewer records than that (the page then
     follows the filter's index and probes the children per record: ``tool`` with a rare
-    ``user`` walked every call of the tool). Counts read at most ``SELECTIVE_MAX`` + 1 index
-    entries each, the equality filters' at most as many as the fewest children; none when
-    there is only one child filter and no equality filter."""
+    ``user`` walked every call of the tool). Each count reads at most ``SELECTIVE_MAX`` + 1
+    index entries; all are one statement (on PostgreSQL planning a statement over the
+    partitions costs more than these counts: docs/performance.md); none when there is only one
+    child filter and no equality filter. Ties go to the walk."""
     given = ((column, getattr(filters, name)) for name, column in COLUMN_FILTERS.items())
     equal = [(column, value) for column, value in given if value is not None]
     if len(children) == 1 and not equal:
         return children[0]
     ex = ExchangeRow.__table__
-    counted = [
-        (_count(conn, select(literal(1)).select_from(c[1]).where(*_walk_range(filters, c)), SELECTIVE_MAX), c)
-        for c in children
+    ranges = [select(literal(1)).select_from(c[1]).where(*_walk_range(filters, c)) for c in children]
+    ranges += [
+        select(literal(1)).select_from(ex).where(ex.c[column] == value, *_time_range(filters, ex.c.started_at))
+        for column, value in equal
     ]
-    fewest, walked = min(counted, key=lambda pair: pair[0])
-    for column, value in equal:
-        rows = select(literal(1)).select_from(ex).where(ex.c[column] == value, *_time_range(filters, ex.c.started_at))
-        if _count(conn, rows, fewest - 1) < fewest:
-            return None
-    return walked
+    counts = _counts(conn, ranges, SELECTIVE_MAX)
+    fewest, walked = min(zip(counts, children, strict=False), key=lambda pair: pair[0])
+    records = counts[len(children) :]
+    return None if records and min(records) < fewest else walked
+
+
+def _counts(conn: Connection, ranges: list[Select[Any]], cap: int) -> list[int]:
+    """How many rows each of ``ranges`` has, but at most ``cap`` + 1 (reading no more): one
+    statement."""
+    counts = [select(func.count()).select_from(rows.limit(cap + 1).subquery()).scalar_subquery() for rows in ranges]
+    return [int(n or 0) for n in conn.execute(select(*counts)).one()]
 
 
 def _count(conn: Connection, rows: Select[Any], cap: int) -> int:
@@ -268,7 +289,11 @@ def _walk(
     kept: list[Row[Any]] = []
     position = after
     while True:  # bounded: each round starts strictly after the last, or is the last
-        need = wanted - len(kept)
+        # A quarter more than is missing: a record with two matching children would otherwise
+        # cost a further statement (planning one on PostgreSQL outweighs reading a dozen more
+        # rows), more would cost as much more reading when the other filters keep few.
+        missing = wanted - len(kept)
+        need = missing + missing // 4 + 1
         batch = stmt if position is None else stmt.where(tuple_(at, record) < tuple_(*position))
         rows = conn.execute(batch.limit(need)).all()
         last = kept[-1].id if kept else None  # a record's children are adjacent
@@ -344,7 +369,9 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
     if group_by == "day":
         if engine.dialect.name == "sqlite":
-            key: ColumnElement[Any] = func.substr(ex.c.started_at, 1, 10)
+            # Spelled as ix_exchanges_day's expression (models.SQLITE_DAY), literals and all: SQLite
+            # uses an expression index only for the same expression, not with bound parameters.
+            key: ColumnElement[Any] = literal_column(SQLITE_DAY)
             group: ColumnElement[Any] = key
         else:
             # Grouped by the day's timestamp (hashed), formatted per group: formatting every

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +51,36 @@ def test_sigterm_records_open_stream_as_interrupted(upstream: UpstreamServer) ->
         assert events >= 5  # stream.start + at least four deltas reached the proxy
         assert text
         assert seen and seen[0] > 0  # the client had received data before the stop
+    finally:
+        obs.stop()
+        obs.cleanup()
+
+
+def _api_children(pid: int) -> list[int]:
+    """The children of ``pid`` running ``observer api`` (Linux /proc; the capture worker is
+    another child)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if b"observer.cli" in argv and b"api" in argv:
+                out.append(int(child))
+    return out
+
+
+def test_the_proxy_stops_when_its_api_exits() -> None:
+    """``observer run`` exits with 1 when the API child it started exits (README, "Commands"):
+    the proxy does not go on recording what nobody can query."""
+    obs = ObserverProcess()
+    obs.start()
+    try:
+        assert obs.proc is not None
+        api = _api_children(obs.proc.pid)
+        assert len(api) == 1, api
+        os.kill(api[0], signal.SIGKILL)
+        code = obs.proc.wait(15)
+        assert code == 1, obs.describe()
+        assert "the API process exited" in obs.tail(), obs.describe()
     finally:
         obs.stop()
         obs.cleanup()

@@ -6,6 +6,7 @@ Expected entries are written by hand from the calls made (not read back from the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -210,8 +211,12 @@ def test_tampering_is_a_break_of_the_access_log_writer(api: Api, tamper: str) ->
     assert report.breaks[0].reason.startswith(reason), report.breaks[0].reason
 
 
-def _append(store: AuditStore, key: CheckpointKey | None, count: int, start: datetime, step: timedelta) -> None:
+def _append(
+    store: AuditStore, key: CheckpointKey | None, count: int, start: datetime, step: timedelta, hint: bool = False
+) -> None:
+    """``count`` entries ``step`` apart; ``hint``: passing back the checkpoint each returned."""
     store_id = store.store_id()
+    checkpointed = None
     for i in range(count):
         entry = Entry(
             at=start + i * step,
@@ -224,13 +229,35 @@ def _append(store: AuditStore, key: CheckpointKey | None, count: int, start: dat
             params={"query": {"n": str(i)}},
             status=200,
         )
-        access.append(store.engine, store_id, entry, key)
+        done = access.append(store.engine, store_id, entry, key, checkpointed=checkpointed if hint else None)
+        checkpointed = done.checkpointed
 
 
-def test_checkpoints_every_100_entries(store: AuditStore, key: CheckpointKey) -> None:
-    """The first entry gets checkpoint 1, entry 101 checkpoint 2 (entries 1 ms apart: never 30 s)."""
+@contextlib.contextmanager
+def _checkpoint_reads(store: AuditStore) -> Iterator[list[str]]:
+    """Collects the statements that read the checkpoints table while in the ``with``."""
+    reads: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM checkpoints" in statement:
+            reads.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        yield reads
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", seen)
+
+
+@pytest.mark.parametrize("hint", [False, True], ids=["no-hint", "hint"])
+def test_checkpoints_every_100_entries(store: AuditStore, key: CheckpointKey, hint: bool) -> None:
+    """The first entry gets checkpoint 1, entry 101 checkpoint 2 (entries 1 ms apart: never 30 s);
+    the same when the caller passes back the checkpoint it was told of, which reads the newest
+    checkpoint only when one may be due (entries 1, 101, 201), not for each of the 205."""
     assert CHECKPOINT_EVERY == 100
-    _append(store, key, 205, T0, timedelta(milliseconds=1))
+    with _checkpoint_reads(store) as reads:
+        _append(store, key, 205, T0, timedelta(milliseconds=1), hint=hint)
+    assert len(reads) == (3 if hint else 205)
     writer = access_writer(store.store_id())
     assert [(c["number"], c["seq"]) for c in store.checkpoints(writer)] == [(1, 1), (2, 101), (3, 201)]
     assert verify(store, [key.public]).ok
@@ -254,10 +281,11 @@ def test_a_deleted_tail_beyond_the_last_checkpoint_is_the_documented_limit(
     assert report.last_checkpoint[access_writer(store.store_id())] == T0
 
 
-def test_checkpoints_after_30_seconds(store: AuditStore, key: CheckpointKey) -> None:
+@pytest.mark.parametrize("hint", [False, True], ids=["no-hint", "hint"])
+def test_checkpoints_after_30_seconds(store: AuditStore, key: CheckpointKey, hint: bool) -> None:
     """An entry 30 s or more after the last checkpoint gets one, whatever the count."""
     assert CHECKPOINT_AFTER == timedelta(seconds=30)
-    _append(store, key, 5, T0, timedelta(seconds=10))  # at 0, 10, 20, 30, 40 s
+    _append(store, key, 5, T0, timedelta(seconds=10), hint=hint)  # at 0, 10, 20, 30, 40 s
     writer = access_writer(store.store_id())
     assert [(c["number"], c["seq"]) for c in store.checkpoints(writer)] == [(1, 1), (2, 4)]
     assert verify(store, [key.public]).ok

@@ -76,6 +76,37 @@ def test_no_drift_between_models_and_migrations(migrated_url: str) -> None:
     assert _drift(migrated_url) == []
 
 
+def test_the_sqlite_only_day_index_is_made_there_alone(migrated_url: str) -> None:
+    """``ix_exchanges_day`` (an expression index the comparison above cannot see) exists after
+    ``upgrade head`` on SQLite, with its expression, and not on PostgreSQL; a downgrade to 0006
+    removes it."""
+    engine = sa.create_engine(migrated_url)
+    sqlite = engine.dialect.name == "sqlite"
+    made = (
+        "SELECT sql FROM sqlite_master WHERE name = :n"
+        if sqlite
+        else "SELECT indexdef FROM pg_indexes WHERE indexname = :n AND schemaname = current_schema()"
+    )
+
+    def index(name: str) -> str | None:
+        with engine.connect() as conn:
+            return conn.execute(sa.text(made), {"n": name}).scalar()
+
+    try:
+        assert index("ix_exchanges_day") == (
+            "CREATE INDEX ix_exchanges_day ON exchanges"
+            " (substr(started_at, 1, 10), input_tokens, output_tokens, usage_reported)"
+            if sqlite
+            else None
+        )
+        assert index("ix_exchanges_outcome_model_started_at_id") is not None
+        downgrade(migrated_url, "0006")
+        assert index("ix_exchanges_day") is None
+        assert index("ix_exchanges_outcome_model_started_at_id") is None
+    finally:
+        engine.dispose()
+
+
 def test_drift_check_sees_a_difference(db_url: str) -> None:
     """Control: on an empty database the comparison reports the missing tables."""
     diffs = _drift(db_url)
