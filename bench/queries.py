@@ -683,11 +683,13 @@ def measure_access(url: str, data: Path, pairs: int) -> dict[str, Any]:
 
 
 def measure_append(url: str, data: Path, n: int) -> dict[str, list[float]]:
-    """``access.append`` ``n`` times against a one-row write transaction, alternating."""
+    """``access.append`` ``n`` times (passing back the checkpoint it saw, as the API does)
+    against a one-row write transaction, alternating."""
     store = AuditStore(url)
     key = CheckpointKey.load_or_create(data / "checkpoint-key.pem")
     meta = StoreMetaRow.__table__
     out: dict[str, list[float]] = {"append": [], "one-row tx": []}
+    checkpointed = None  # passed back as the API does (observer.api.access)
     try:
         store_id = store.store_id()
         with store.engine.begin() as conn:  # a kept store (--reuse) has it from its first run
@@ -708,7 +710,7 @@ def measure_append(url: str, data: Path, n: int) -> dict[str, list[float]]:
                 ids=[str(uuid.UUID(int=k, version=4))],
             )
             t = time.perf_counter()
-            access.append(store.engine, store_id, entry, key)
+            checkpointed = access.append(store.engine, store_id, entry, key, checkpointed=checkpointed).checkpointed
             a = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
             with store.engine.begin() as conn:
