@@ -154,11 +154,12 @@ class AccessLog:
             self.store.engine, self._store_id, entry, self.key, after=self._last_seq, checkpointed=self._checkpointed
         )
         with self._lock:
-            self._last_seq = max(self._last_seq, done.row["seq"])
-            if done.checkpointed is not None and (
-                self._checkpointed is None or done.checkpointed[0] > self._checkpointed[0]
-            ):
-                self._checkpointed = done.checkpointed
+            # After a deleted tail the log's new head is the reference (else every later call
+            # would find the log "shorter" again and add a marker of its own).
+            self._last_seq = done.row["seq"] if done.truncated else max(self._last_seq, done.row["seq"])
+            # The last one seen, even if another thread saw a newer one: an older checkpoint is
+            # still a safe bound (access.append), one found deleted must be forgotten.
+            self._checkpointed = done.checkpointed
 
 
 def _entry(scope: Scope, auth: Authentication, status: int) -> access.Entry:

@@ -83,11 +83,14 @@ Checkpointed = tuple[int, datetime]
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """What ``append`` wrote: the entry's row, and the newest checkpoint it knows of (to pass
-    back as ``checkpointed`` next time; ``None`` without a key)."""
+    """What ``append`` wrote: the entry's row, the newest checkpoint it knows of (to pass back
+    as ``checkpointed`` next time; ``None`` without a key), and whether it found the log's
+    newest entries deleted (a ``TRUNCATED`` entry went first: ``row`` is the log's new head,
+    the ``after`` to pass next)."""
 
     row: dict[str, Any]
     checkpointed: Checkpointed | None
+    truncated: bool = False
 
 
 def append(
@@ -107,8 +110,11 @@ def append(
     ``checkpointed``: a checkpoint the caller knows of (``Appended.checkpointed``); while the
     entry is fewer than ``CHECKPOINT_EVERY`` entries and less than ``CHECKPOINT_AFTER`` after it,
     no checkpoint can be due (the newest one is at least as new), so the newest is not read:
-    one statement less per call (docs/performance.md). Against another host's clock a
-    checkpoint may come up to the clocks' difference late. Raises
+    one statement less per call (docs/performance.md). It is ignored when the log ends below
+    it or below ``after`` (entries deleted, its checkpoint perhaps too: the ``TRUNCATED`` entry
+    is signed at once). Against another host's clock a checkpoint may come up to the clocks'
+    difference late; a deleted checkpoint alone (its entries kept) is made again only when the
+    next is due. Raises
     ``sqlalchemy.exc.SQLAlchemyError`` when the database refuses (the caller must then not
     answer the call)."""
     for attempt in range(1, attempts + 1):
@@ -134,6 +140,8 @@ def _append(
         conn.execute(insert(_META), [{"key": LOCK_KEY, "value": ""}])
     last = conn.execute(_HEAD).first()
     seq = 0 if last is None else last.seq
+    if seq < after or (checkpointed is not None and checkpointed[0] > seq):
+        checkpointed = None  # entries deleted since: the checkpoint it names may be gone too
     if seq < after:
         log.error(
             "access log: the newest entries were deleted (this process wrote seq %d, the log ends at %d)", after, seq
@@ -151,6 +159,8 @@ def _append(
         )
         checkpointed = _insert(conn, store_id, marker, key, last, checkpointed).checkpointed
         last = conn.execute(_HEAD).first()
+        done = _insert(conn, store_id, entry, key, last, checkpointed)
+        return Appended(done.row, done.checkpointed, truncated=True)
     return _insert(conn, store_id, entry, key, last, checkpointed)
 
 

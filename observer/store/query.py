@@ -351,8 +351,9 @@ def decode_position(position: str) -> tuple[int, str]:
             and type(decoded[0]) is int
             and -1 <= decoded[0] < 2**63
             and isinstance(decoded[1], str)
+            and "\x00" not in decoded[1]  # PostgreSQL refuses NUL in text
         ):
-            raise TypeError("a position is [int, str]")
+            raise TypeError("a position is [int, str] without NUL")
         return decoded[0], decoded[1]
     except (ValueError, TypeError, binascii.Error) as exc:
         raise InvalidCursor(f"invalid position: {position[:40]!r}") from exc

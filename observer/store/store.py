@@ -428,6 +428,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         if not (isinstance(decoded, list) and len(decoded) == 2 and all(isinstance(x, str) for x in decoded)):
             raise TypeError("a cursor is a list of two strings")
         started_at, last_id = decoded
+        if "\x00" in last_id:  # PostgreSQL refuses NUL in text: a 500 instead of a 400 (trial finding)
+            raise ValueError("a record id holds no NUL")
         return parse_rfc3339(started_at), last_id  # ValueError: a time without offset
     except (ValueError, TypeError, OverflowError, binascii.Error) as exc:
         raise InvalidCursor(f"invalid cursor: {cursor[:40]!r}") from exc

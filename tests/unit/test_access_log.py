@@ -491,3 +491,29 @@ def test_a_deleted_tail_is_recorded_by_the_next_entry(api: Api) -> None:
     ]
     assert marker["params"] == {"last_seq_written": last, "last_seq_found": last - 2}
     assert verify(api.store, [api.key.public]).ok  # the chain holds; the marker tells what happened
+    # Later calls follow the new head: no marker of their own (trial finding: one per call).
+    for _ in range(3):
+        api.client.get("/v1/exchanges", headers=api.auth("admin"))
+    assert [e["endpoint"] for e in api.log()[-4:]] == ["/v1/exchanges"] * 4
+
+
+def test_a_deleted_tail_and_its_checkpoints_get_the_marker_signed_when_due(api: Api) -> None:
+    """Entries past seq 230 and checkpoint 3 (seq 201) deleted: the API, which remembers
+    checkpoint 3, must not trust it; against checkpoint 2 (seq 101) the truncation marker (seq
+    231) is due one, and gets it at once (trial finding: it stayed unsigned while the
+    remembered checkpoint seemed recent)."""
+    for _ in range(250):
+        api.client.get("/v1/exchanges?limit=1", headers=api.auth("admin"))
+    writer = access_writer(api.store.store_id())
+    assert [(c["number"], c["seq"]) for c in api.store.checkpoints(writer)] == [(1, 1), (2, 101), (3, 201)]
+    _sql(api.store, "DELETE FROM access_log WHERE seq > 230")
+    _sql(api.store, "DELETE FROM checkpoints WHERE writer_id = :writer AND seq > 101", writer=writer)
+    for _ in range(3):
+        api.client.get("/v1/exchanges?limit=1", headers=api.auth("admin"))
+    assert [(e["seq"], e["endpoint"]) for e in api.log()[-4:]] == [
+        (231, "(access log truncated)"),
+        (232, "/v1/exchanges"),
+        (233, "/v1/exchanges"),
+        (234, "/v1/exchanges"),
+    ]
+    assert [(c["number"], c["seq"]) for c in api.store.checkpoints(writer)] == [(1, 1), (2, 101), (3, 231)]

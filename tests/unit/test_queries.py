@@ -443,6 +443,7 @@ FORGED = [
     "WzEuNSwieCJd",  # [1.5,"x"]
     "Wy01LCIiXQ",  # [-5,""]
     "WzEsMiwzXQ",  # [1,2,3]
+    "WzUsICJcdTAwMDAiXQ",  # [5,"\u0000"]: PostgreSQL refuses NUL in text (trial finding: 500)
     "e30",  # {}
     "-1",
     "",
@@ -453,6 +454,14 @@ FORGED = [
 def test_a_forged_position_is_400(client: TestClient) -> None:
     got = {p: _error(client, "/v1/exchanges", {"recorded_after": p}) for p in FORGED}
     assert got == {**dict.fromkeys(FORGED, (400, "invalid_cursor")), "A" * 600: (400, "invalid_parameter")}
+
+
+def test_a_cursor_with_a_nul_is_400_on_both_engines(client: TestClient) -> None:
+    """``["2026-03-04T00:00:00Z", "\u0000"]`` as a cursor (trial finding: 500 on PostgreSQL,
+    which refuses NUL in text), with and without a child filter."""
+    cursor = "WyIyMDI2LTAzLTA0VDAwOjAwOjAwWiIsICJcdTAwMDAiXQ"
+    for params in ({"cursor": cursor}, {"cursor": cursor, "tool": "get_weather"}):
+        assert _error(client, "/v1/exchanges", params) == (400, "invalid_cursor"), params
 
 
 # ----- stats -----
