@@ -132,11 +132,7 @@ def where(
     record, not counted (the page follows a selective equality filter). Raises ``ValueError``
     for a ``q`` without a word (``observer.store.search.words``)."""
     ex = ExchangeRow.__table__
-    conds: list[ColumnElement[bool]] = []
-    if filters.since is not None:
-        conds.append(ex.c.started_at >= filters.since)
-    if filters.until is not None:
-        conds.append(ex.c.started_at < filters.until)
+    conds = _time_range(filters, ex.c.started_at)
     for name, column in COLUMN_FILTERS.items():
         value = getattr(filters, name)
         if value is not None:
@@ -175,7 +171,7 @@ def _few(conn: Connection, rows: Select[Any], cap: int | None = None) -> bool:
     """Whether ``rows`` has at most ``cap`` (default ``SELECTIVE_MAX``) rows, reading at most
     one more."""
     cap = SELECTIVE_MAX if cap is None else cap
-    return _count(conn, rows, cap) <= cap
+    return _counts(conn, [rows], cap)[0] <= cap
 
 
 def page(engine: Engine, filters: Filters, limit: int = 50, cursor: str | None = None) -> tuple[list[Item], str | None]:
@@ -234,15 +230,9 @@ def _counts(conn: Connection, ranges: list[Select[Any]], cap: int) -> list[int]:
     return [int(n or 0) for n in conn.execute(select(*counts)).one()]
 
 
-def _count(conn: Connection, rows: Select[Any], cap: int) -> int:
-    """How many rows ``rows`` has, but at most ``cap`` + 1 (reading no more)."""
-    capped = rows.limit(cap + 1).subquery()
-    return conn.scalar(select(func.count()).select_from(capped)) or 0
-
-
 def _time_range(filters: Filters, column: ColumnElement[Any]) -> list[ColumnElement[bool]]:
-    """``since`` / ``until`` on ``column``."""
-    conds = []
+    """``since`` (inclusive) / ``until`` (exclusive) on ``column``."""
+    conds: list[ColumnElement[bool]] = []
     if filters.since is not None:
         conds.append(column >= filters.since)
     if filters.until is not None:
