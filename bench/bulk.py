@@ -17,6 +17,7 @@ forwards every byte, and the store's writer thread). Client, upstream and proxy 
 machine's cores, so MB/s is a system figure; CPU/event is the proxy's.
 
     .venv/bin/python bench/bulk.py            # full size (< 30 s)
+    .venv/bin/python bench/bulk.py --tunnelled --transports h1-tls,h2-tls   # TLS to a non-LLM host
     .venv/bin/python bench/bulk.py --smoke    # seconds
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -58,10 +60,13 @@ async def measure(args: argparse.Namespace, transports: list[str], work: Path, t
             work,
             db_path=work / "bench.db",
             addon=args.addon,
-            addon_sets=dict(kv.split("=", 1) for kv in args.set),
+            addon_sets=dict(kv.split("=", 1) for kv in args.set)
+            | ({"observer_llm_hosts_extra": ""} if args.tunnelled else {}),
         )
         try:
             targets = {k: upstream_target(up, p) for k, p in procs.items()}
+            if args.tunnelled:  # the addon's proxy does not intercept: the client checks the upstream's own certificate
+                targets["addon"] = dataclasses.replace(targets["addon"], proxy_ca=up.ca_cert)
             for t in transports:
                 for k in procs:  # warm-up: connection, certificates, the DB file
                     await fetch_sse(targets[k], t, "/v1/bulk?bytes=200000", body, timeout=30, keep_events=False)
@@ -114,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=120.0, help="bound of one stream (s)")
     ap.add_argument("--smoke", action="store_true", help="seconds: 1 MB, h1")
+    ap.add_argument(
+        "--tunnelled",
+        action="store_true",
+        help="the upstream is not an LLM host for the addon: its TLS is tunnelled, not intercepted (the baseline"
+        " mitmdump still intercepts); use with TLS transports",
+    )
     ap.add_argument("--json", dest="json_out", help="also write the report to this JSON file")
     args = ap.parse_args(argv)
     if args.smoke:

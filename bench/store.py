@@ -305,6 +305,28 @@ class PgSchemas:
         self._admin.dispose()
 
 
+def store_bytes(kind: str, url: str) -> int:
+    """Bytes the store takes on disk: the SQLite file and its WAL, or on PostgreSQL every table of
+    the schema with its indexes and TOAST (``pg_total_relation_size``; partitions included)."""
+    if kind == "sqlite":
+        path = Path(make_url(url).database or "")
+        return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text(
+                        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')"
+                    )
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
 def _count(store: AuditStore) -> int:
     with store.engine.connect() as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM exchanges")).scalar_one())
@@ -799,7 +821,8 @@ def main(argv: list[str] | None = None) -> int:
                     if kind == "direct":
                         directs.append(run_direct(url(name, f"direct{r}"), records))
                     else:
-                        vias.append(run_via_journal(url(name, f"journal{r}"), records, tmp / f"journal-{name}{r}"))
+                        via_url = url(name, f"journal{r}")
+                        vias.append(run_via_journal(via_url, records, tmp / f"journal-{name}{r}"))
                         shutil.rmtree(tmp / f"journal-{name}{r}", ignore_errors=True)
             n_timed = len(records) - 1
             direct_rps = n_timed * len(directs) / sum(d["seconds"] for d in directs)
@@ -836,6 +859,14 @@ def main(argv: list[str] | None = None) -> int:
                 target=f">= {target:,.0f}/s",
                 met=via_rps >= target,
                 note="journal -> drainer -> DB, until all committed; baseline: write_many batches of 500",
+            )
+            size = store_bytes(name, via_url)  # the last store filled through the journal and drainer
+            report.add(
+                f"{name} store bytes per record",
+                size / len(records),
+                "bytes",
+                target="reported",
+                note=f"{size / 1e6:.1f} MB for {len(records):,} records (bench sizes), indexes and chain included",
             )
             report.add(
                 f"{name} records dropped or lost",

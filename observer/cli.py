@@ -1,5 +1,5 @@
 """The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``, ``verify``,
-``checkpoint export``, ``export`` (and ``export verify``, offline).
+``checkpoint export``, ``export`` (and ``export verify``, offline), ``ingest`` (saved captures).
 
 Every command that touches the store takes ``--db URL`` (default: the config file or env
 ``OBSERVER_DB``, else ``sqlite:///observer.db``). ``run`` takes every setting of
@@ -125,19 +125,27 @@ def run(
         check_port_free(settings.api_host, settings.api_port, "--api-port")
     except ObserverError as exc:
         _fail(str(exc))
-    _check_url(settings.db)  # an unusable URL stops the run before anything is made
+    _check_url(settings.db, creatable=settings.data_dir)  # an unusable URL stops the run before anything is made
+    try:
+        settings.api_tls_files()  # both or neither, readable
+    except ObserverError as exc:
+        _fail(f"invalid settings: {exc}")
     new_data_dir = not settings.data_dir.exists()
     started: list[subprocess.Popen] = []
 
     def start_api() -> subprocess.Popen:
         """Called once the proxy accepted every option: the data folder, the store, the token,
-        the API, the banner (nothing is made or migrated for a run that a bad option stops)."""
+        the API, the banner (nothing is made or migrated for a run that a bad option stops).
+        Called again when the API died: the API only."""
+        if started:
+            started.append(start_api_process(settings, resolve_token(settings)))
+            return started[-1]
         _open_store(settings, new_data_dir=new_data_dir)
         started.append(start_api_process(settings, resolve_token(settings)))
         ca = settings.mitmproxy_confdir / "mitmproxy-ca-cert.pem"
         typer.echo(
             f"observer: proxy http://{settings.proxy_host}:{settings.proxy_port} "
-            f"(clients trust {ca}), API http://{settings.api_host}:{settings.api_port}/docs, "
+            f"(clients trust {ca}), API {settings.api_scheme}://{settings.api_host}:{settings.api_port}/docs, "
             f"store {_safe(settings.db)}"
         )
         return started[0]
@@ -201,14 +209,21 @@ def api(
     key = _api_key(settings)
     options = ApiOptions(
         exports_dir=settings.data_dir / "exports",
+        metrics_dir=settings.metrics_path,
         retention_days=settings.retention_days,
         retention_override=settings.retention_override,
     )
+    try:
+        tls = settings.api_tls_files()
+    except ObserverError as exc:
+        _fail(f"invalid settings: {exc}")
     uvicorn.run(
         create_app(AuditStore(settings.db), token, key, options),
         host=settings.api_host,
         port=settings.api_port,
         log_level="warning",
+        ssl_certfile=str(tls[0]) if tls else None,
+        ssl_keyfile=str(tls[1]) if tls else None,
     )
 
 
@@ -867,6 +882,101 @@ def export_verify(
     raise typer.Exit(1)
 
 
+@app.command()
+def ingest(
+    files: Annotated[
+        list[str], typer.Argument(help="mitmproxy flow dumps (mitmdump -w FILE) or HAR files.", show_default=False)
+    ],
+    db: DbOpt = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            help="The checkpoint key signing the run's chain (default: the checkpoint_key setting, else"
+            " DATA_DIR/checkpoint-key.pem, made when missing as observer run makes it).",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar and no per-flow warnings; the summary lines only.")
+    ] = False,
+) -> None:
+    """Record the LLM exchanges of saved captures, offline, through the proxy's own capture path.
+
+    Each flow runs through the audit addon's hooks as it ran live (the proxy settings decide
+    what is recorded and how); each record says where it came from (provenance: file, SHA-256,
+    flow id) and starts when its flow did. A flow ingested before (same flow id; for a HAR,
+    same file and entry) is not stored again. An LLM exchange whose body the file does not hold
+    (a body the proxy streamed) is not recorded: a warning names it. Prints one summary line per
+    file: flows read, records stored, already stored, not LLM traffic, flows without a body.
+
+    Exit 0: every file read and its records stored; 1: a file damaged part way, unreadable
+    entries, or records the database refused (the rest was stored); 2: bad arguments, a file
+    that is neither a flow dump nor a HAR file, or the store cannot be used."""
+    from mitmproxy.exceptions import OptionsError
+
+    from observer.ingest.captures import IngestError, NotACapture, open_capture
+    from observer.ingest.replay import Replay
+    from observer.ingest.run import ingest_file
+    from observer.ingest.writer import IngestWriter
+    from observer.store.checkpoint import CheckpointKey
+    from observer.store.store import AuditStore
+
+    _logging()
+    settings = _settings(db=db)
+    captures = []
+    for name in files:  # every file checked (and hashed) before anything is stored
+        try:
+            captures.append(open_capture(name))
+        except IngestError as exc:
+            _fail(str(exc))
+    _check_url(settings.db)
+    if settings.migrate:
+        _upgrade(settings.db)
+    try:
+        signer = CheckpointKey.load_or_create(Path(key) if key else settings.checkpoint_key_path)
+    except ConfigError as exc:
+        _fail(str(exc))
+    try:
+        replay = Replay(settings)
+    except OptionsError as exc:
+        _fail(f"invalid settings: {exc}")
+    store = AuditStore(settings.db)
+    writer = IngestWriter(store, signer, checkpoint_every=settings.checkpoint_every)
+    reports, not_captures = [], 0
+    try:
+        with _Progress("ingesting") as bar:
+            if not quiet:
+                bar.total(sum(c.size_bytes for c in captures))
+            for capture in captures:
+                try:
+                    reports.append(ingest_file(capture, replay, writer, progress=bar.update))
+                except NotACapture as exc:
+                    not_captures += 1
+                    typer.echo(f"observer: {exc}", err=True)
+            writer.close()
+    except _db_errors() as exc:
+        _fail(f"cannot write to the audit store {_safe(settings.db)}: {_store_reason(exc)}")
+    finally:
+        replay.close()
+        store.dispose()
+    for report in reports:
+        if not quiet:
+            for line in [*report.warnings, *report.more()]:
+                typer.echo(f"observer: warning: {line}", err=True)
+        if report.damaged is not None:
+            typer.echo(f"observer: {report.damaged}", err=True)
+        typer.echo(f"observer: {report.summary()}")
+    if len(reports) > 1:
+        total = sum(r.stored for r in reports)
+        typer.echo(f"observer: {total} records stored from {len(reports)} files")
+    if writer.stored:
+        typer.echo(f"observer: chained as writer {writer.writer_id} ({writer.checkpoints} checkpoints)")
+    if not_captures:
+        raise typer.Exit(2)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(1)
+
+
 def _public_keys(settings: Settings, given: list[str] | None) -> list[Any]:
     """The trusted keys: each ``--key`` file, or the configured key file if it exists (none:
     ``verify`` warns that checkpoints were not checked)."""
@@ -930,6 +1040,7 @@ def _upgrade(url: str) -> None:
 
     from observer.store.migrate import upgrade
 
+    _check_url(url)
     try:
         upgrade(url)
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError, OSError) as exc:
@@ -998,9 +1109,11 @@ def _open_store(settings: Settings, *, new_data_dir: bool = False) -> None:
             unreachable(exc)
 
 
-def _check_url(url: str) -> None:
-    """Exit 2 (one line) for a URL SQLAlchemy cannot parse or whose driver is not installed;
-    nothing is connected or made."""
+def _check_url(url: str, creatable: Path | None = None) -> None:
+    """Exit 2 (one line) for a URL SQLAlchemy cannot parse or whose driver is not installed, or a
+    SQLite file in a folder that does not exist (a mistyped path must not become a new, empty
+    store somewhere: trial finding) other than ``creatable`` (``observer run``'s data folder,
+    which it makes); nothing is connected or made."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -1009,6 +1122,11 @@ def _check_url(url: str) -> None:
         parsed.get_dialect().import_dbapi()
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         _fail(f"cannot open the audit store {_safe(url)}: {_reason(exc)}")
+    path = parsed.database
+    if parsed.get_backend_name() == "sqlite" and path and path != ":memory:" and not path.startswith("file:"):
+        folder = Path(path).parent
+        if not folder.is_dir() and (creatable is None or folder.resolve() != creatable.resolve()):
+            _fail(f"cannot open the audit store {_safe(url)}: the folder {folder} does not exist")
 
 
 def _open_read_only(url: str) -> Any:

@@ -31,6 +31,7 @@ from pydantic_settings import (
 
 from observer.dialects.registry import DEFAULT_REGISTRY
 from observer.errors import ConfigError
+from observer.hosts import HostList, llm_hosts, parse_patterns
 from observer.limits import Limits
 
 DEFAULT_DB = "sqlite:///observer.db"
@@ -44,6 +45,7 @@ NOT_SETTINGS_ENV = (CONFIG_FILE_ENV,)
 RESERVED_ENV_PREFIX = "OBSERVER_TEST_"
 #: The shortest retention without ``retention_override``: six months (EU AI Act Art. 26(6)).
 MIN_RETENTION_DAYS = 183
+HOST_LIST_SETTINGS = ("llm_hosts", "llm_hosts_extra", "protected_upstreams")  # lists of host patterns
 MAX_WORKER_BUFFER_MB = 4096  # the data waiting for the worker is held in the proxy's memory
 
 
@@ -156,11 +158,82 @@ class Settings(BaseSettings):
     proxy_port: int = _setting(8080, "Port of the forward proxy (0: any free port).", unit="port", ge=0, le=65535)
     api_host: str = _setting("127.0.0.1", "Address the query API binds.", unit="address", min_length=1)
     api_port: int = _setting(8081, "Port of the query API (0: any free port).", unit="port", ge=0, le=65535)
+    api_tls_cert: Path | None = _setting(
+        None,
+        "Certificate chain (PEM) the query API serves HTTPS with (with api_tls_key); unset: plain HTTP, for an"
+        " API bound to loopback or behind a TLS-terminating proxy.",
+        unit="path",
+    )
+    api_tls_key: Path | None = _setting(
+        None, "Private key (PEM) of api_tls_cert; keep it readable by the observer's user only.", unit="path"
+    )
+    drain_timeout_s: int = _setting(
+        30,
+        "On SIGTERM/SIGINT, how long observer run lets open streams finish (no new connections are accepted);"
+        " what is open after it is recorded as interrupted. A second signal stops at once.",
+        unit="s",
+        ge=0,
+        le=3600,
+    )
     api_token: str | None = _setting(
         None,
         "Bearer token of the query API. Unset: generated once, printed once, kept in DATA_DIR/api-token.",
         unit="secret",
         secret=True,
+    )
+    metrics_dir: Path | None = _setting(
+        None,
+        "Folder where the proxy writes its metrics every 5 s and the API reads them for GET /metrics and"
+        " /readyz. Unset: DATA_DIR/metrics under observer run; a bare mitmdump then writes none.",
+        unit="path",
+        proxy=True,
+    )
+    alerts_file: Path | None = _setting(
+        None,
+        'TOML file of alert rules and webhooks (README "Alerts"): undeclared tool calls, content-filter stops,'
+        " error and truncation rates, dropped records, gaps, a filling journal. Unset: no alerts.",
+        unit="path",
+        proxy=True,
+    )
+    # ----- which traffic the proxy decrypts and records, where it may connect -----
+    intercept: str = _setting(
+        "llm_hosts",
+        "Which TLS connections the proxy decrypts: llm_hosts (only those to an LLM host; any other is tunnelled"
+        " untouched, its own certificate reaching the client) or all (every host: labs).",
+        unit="mode",
+        proxy=True,
+        pattern=r"^(llm_hosts|all)$",
+        form="llm_hosts or all",
+    )
+    llm_hosts: str | None = _setting(
+        None,
+        "The LLM API hosts, comma-separated host patterns (api.example.com, *.example.com, host:port, *);"
+        " replaces the built-in list (observer.hosts.DEFAULT_LLM_HOSTS). Unset: the built-in list.",
+        unit="host patterns",
+        proxy=True,
+        form="host patterns, comma-separated (e.g. *.openai.azure.com,10.0.0.5:8000)",
+    )
+    llm_hosts_extra: str | None = _setting(
+        None,
+        "Host patterns added to llm_hosts (e.g. an in-house gateway: llm.corp.example:8443,10.0.0.5:8000).",
+        unit="host patterns",
+        proxy=True,
+        form="host patterns, comma-separated (e.g. *.openai.azure.com,10.0.0.5:8000)",
+    )
+    proxy_allow_loopback: bool = _setting(
+        False,
+        "Let clients reach upstreams on the proxy host's loopback addresses (labs, tests); the observer's own"
+        " ports and its database stay refused, as do link-local and cloud metadata addresses.",
+        unit="flag",
+        proxy=True,
+    )
+    protected_upstreams: str | None = _setting(
+        None,
+        "More host:port the proxy never connects clients to, comma-separated, besides the observer's own"
+        " (its proxy and database; observer run adds its API).",
+        unit="host:port list",
+        proxy=True,
+        form="host:port, comma-separated",
     )
     # ----- per-stream limits (observer.limits.Limits); going over one is recorded, never silent -----
     max_event_bytes: int = _limit(1 << 20, "Largest event parsed; a larger one is skipped: oversize_event.", "bytes")
@@ -261,6 +334,20 @@ class Settings(BaseSettings):
             return None
         return value
 
+    @field_validator(*HOST_LIST_SETTINGS, mode="before")
+    @classmethod
+    def _host_lists(cls, value: Any, info: ValidationInfo) -> Any:
+        """A list in ``observer.toml`` (``llm_hosts_extra = ["a", "b"]``) is the comma-separated
+        value; every pattern must parse (``observer.hosts.HostPattern.parse``), and a protected
+        upstream needs its port."""
+        if isinstance(value, list | tuple):
+            value = ",".join(str(v) for v in value)
+        if isinstance(value, str) and value.strip():
+            patterns = parse_patterns(value)  # ValueError: pydantic reports it with the field
+            if info.field_name == "protected_upstreams" and any(p.port is None or p.kind != "exact" for p in patterns):
+                raise ValueError("each protected upstream is host:port")
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -278,6 +365,11 @@ class Settings(BaseSettings):
         return Limits(**{f.name: getattr(self, f.name) for f in fields(Limits)})
 
     @property
+    def llm_host_list(self) -> HostList:
+        """The LLM hosts (``llm_hosts`` or the built-in list, plus ``llm_hosts_extra``)."""
+        return llm_hosts(self.llm_hosts, self.llm_hosts_extra)
+
+    @property
     def mitmproxy_confdir(self) -> Path:
         """Where mitmproxy keeps its CA (``mitmproxy-ca-cert.pem`` is the file clients trust)."""
         return self.confdir if self.confdir is not None else self.data_dir / "mitmproxy"
@@ -291,6 +383,28 @@ class Settings(BaseSettings):
     def checkpoint_key_path(self) -> Path:
         """The checkpoint signing key: ``checkpoint_key``, else ``data_dir/checkpoint-key.pem``."""
         return self.checkpoint_key if self.checkpoint_key is not None else self.data_dir / "checkpoint-key.pem"
+
+    def api_tls_files(self) -> tuple[Path, Path] | None:
+        """``(certificate, key)`` when the API serves HTTPS. Raises ``ConfigError`` when only one
+        is set or either cannot be read."""
+        cert, key = self.api_tls_cert, self.api_tls_key
+        if cert is None and key is None:
+            return None
+        if cert is None or key is None:
+            raise ConfigError("api_tls_cert and api_tls_key go together: set both, or neither")
+        for name, path in (("api_tls_cert", cert), ("api_tls_key", key)):
+            if not os.access(path, os.R_OK) or not path.is_file():
+                raise ConfigError(f"{name} {path} is not a readable file")
+        return cert, key
+
+    @property
+    def api_scheme(self) -> str:
+        return "https" if self.api_tls_cert is not None else "http"
+
+    @property
+    def metrics_path(self) -> Path:
+        """The metrics folder (``observer.metrics``): ``metrics_dir``, else ``data_dir/metrics``."""
+        return self.metrics_dir if self.metrics_dir is not None else self.data_dir / "metrics"
 
     @property
     def legacy_spool(self) -> Path:
@@ -514,6 +628,8 @@ def _explain(exc: ValidationError, where: Callable[[str], str]) -> str:
         name = str(err["loc"][0]) if err["loc"] else "settings"
         if err["type"] == "extra_forbidden":
             problems.append(f"{where(name)} is not a setting{did_you_mean(name, list(SPECS))}")
+        elif name in HOST_LIST_SETTINGS and err["type"] == "value_error":  # the pattern's own reason
+            problems.append(f"{where(name)}: {err['msg'].removeprefix('Value error, ')}")
         elif name in SPECS:
             problems.append(f"{where(name)} must be {SPECS[name].expected()}, got {err['input']!r}")
         else:

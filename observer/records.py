@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from observer.shape import AS_STR, Shaped, derived, rfc3339, shaped, sorted_by
+from observer.shape import ADDED, AS_STR, Shaped, derived, rfc3339, shaped, sorted_by
 
 __all__ = [
     "Block",
     "ErrorInfo",
     "Exchange",
     "Outcome",
+    "Provenance",
     "RequestFacts",
     "ToolCall",
     "Usage",
@@ -90,6 +91,7 @@ class ViolationKind(enum.StrEnum):
     INVALID_UTF8 = "invalid_utf8"
     OVERSIZE_RECORD = "oversize_record"
     INCOMPLETE_REQUEST = "incomplete_request"  # the exchange ended before the request body was received
+    NOT_LLM_REQUEST = "not_llm_request"  # an LLM host and path, but not the dialect's request shape: metadata only
 
 
 @shaped
@@ -186,6 +188,24 @@ class RequestFacts(Shaped):
     request_id: str | None = None
 
 
+@shaped
+@dataclass(slots=True, frozen=True)
+class Provenance(Shaped):
+    """Where a record that was not observed live comes from: ``source`` ``"offline_ingest"``
+    (``observer ingest`` read the exchange from a saved capture and ran it through the capture
+    path), ``file`` (the file's absolute path when it was read), ``file_sha256`` (hex SHA-256 of
+    its bytes), ``file_format`` (``"mitmproxy"``: a flow dump, ``mitmdump -w``; ``"har"``: an
+    HTTP Archive), ``flow_id`` (the flow's id in a dump; ``"entry-<n>"``, 0-based, in a HAR,
+    whose entries have none) and ``ingested_at`` (when, UTC)."""
+
+    source: str
+    file: str
+    file_sha256: str
+    file_format: str
+    flow_id: str
+    ingested_at: datetime
+
+
 def utc_from_epoch(epoch_s: float | None) -> datetime | None:
     """Converts seconds since the Unix epoch to an aware UTC datetime (``None`` passes through)."""
     if epoch_s is None:
@@ -204,7 +224,9 @@ class Exchange(Shaped):
     ``ended_at`` aware UTC datetimes (serialised RFC 3339), ``ttft_s`` seconds from the request's
     start to the first generated text. ``response_body`` holds the (capped) body of a non-2xx
     answer; ``transport_error`` the proxy's raw error message when the connection failed
-    (mitmproxy ``flow.error.msg``). ``from_dict`` (the journal's replay) needs every key.
+    (mitmproxy ``flow.error.msg``). ``provenance``: ``None`` for a record observed live, where
+    an ingested one came from (``Provenance``). ``from_dict`` (the journal's replay) needs every
+    key but ``provenance`` (added later: journal entries of older versions lack it).
     """
 
     id: str
@@ -234,6 +256,7 @@ class Exchange(Shaped):
     transport_error: str | None = None
     response_bytes: int = 0
     events: int = 0
+    provenance: Provenance | None = field(default=None, metadata=ADDED)
 
     @derived(after="request")
     def request_model(self) -> str | None:

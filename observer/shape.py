@@ -17,8 +17,9 @@ its annotation says:
 one dict display of attribute reads and converter calls, the work a hand-written one does
 (``to_dict_source`` shows it). ``from_dict`` is the inverse: derived keys are ignored, times
 parsed with ``parse_rfc3339``, nested records rebuilt with their own ``from_dict``. A key
-missing from the dict raises ``KeyError``, unless the class is ``@shaped(lenient=True)``: then
-it takes the field's default (records written before the field existed).
+missing from the dict raises ``KeyError``, unless the class is ``@shaped(lenient=True)`` or the
+field has ``ADDED`` metadata: then it takes the field's default (records written before the
+field existed).
 
 Pure: no I/O, no third-party imports.
 """
@@ -37,6 +38,9 @@ from typing import Any, ClassVar, Self
 
 #: Field metadata: the value is written as ``str(value)``.
 AS_STR: Mapping[str, Any] = types.MappingProxyType({"as_str": True})
+#: Field metadata: a field added to a strict class after records without it were written (the
+#: journal's entries of an older version): ``from_dict`` gives it its default when the key is missing.
+ADDED: Mapping[str, Any] = types.MappingProxyType({"added": True})
 
 
 def sorted_by(attribute: str) -> Mapping[str, Any]:
@@ -189,7 +193,7 @@ def _keys_of(cls: type, lenient: bool) -> tuple[Key, ...]:
                 record=record,
                 sort_key=f.metadata.get("sorted_by"),
                 as_str=bool(f.metadata.get("as_str")),
-                missing=_default(f) if lenient else None,
+                missing=_default(f) if lenient or f.metadata.get("added") else None,
             )
         )
         for name, prop in props.items():

@@ -17,7 +17,8 @@ ever made unlogged (trial finding: a hold, an incident, an export and a purge we
 their one entry, written with the answer, failed).
 
 What a route returned is told by ``note(request, rows=, ids=, body=)``. Not logged: the probes
-``/healthz`` and ``/readyz`` (they read no record and run every few seconds).
+``/healthz`` and ``/readyz`` and the ``/metrics`` scrapes (they read no record and run every few
+seconds; ``/metrics`` still needs a token).
 
 Parameters are capped (``PARAM_KEYS`` names, ``PARAM_CHARS`` characters per value) so that a
 caller cannot bloat the log; ``ids`` keeps at most ``IDS_MAX``.
@@ -50,6 +51,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 UNLOGGED = frozenset({"/healthz", "/readyz"})
+#: Authenticated like every call, but not logged: Prometheus scrapes (no record content; one
+#: every 15 s would be most of the log).
+AUTHENTICATED_UNLOGGED = frozenset({"/metrics"})
 #: Methods that change nothing: logged once, when answered. Any other is logged twice.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: The status of the entry a changing call gets before it runs.
@@ -107,6 +111,9 @@ class AccessLog:
             await _error(send, 503, "store_unavailable", "the audit store is unavailable")
             return
         state["authentication"] = auth
+        if scope["path"] in AUTHENTICATED_UNLOGGED and scope.get("method") in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
         if scope.get("method") not in SAFE_METHODS:
             # A call that may change the store is logged before it runs (status 0, the path as
             # requested: no route is matched yet), so no change is made unlogged; its answer

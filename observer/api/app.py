@@ -11,6 +11,7 @@ validation errors (400 ``invalid_parameter``) included, has the one shape ``{"er
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -19,7 +20,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import APIRouter, Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -29,9 +31,11 @@ from observer.api.access import AccessLog
 from observer.api.auth import require
 from observer.api.errors import error_response
 from observer.api.exportjobs import ExportJobs
+from observer.api.metrics import exposition, proxy_health
 from observer.api.params import strict_query
 from observer.api.routers import (
     access_log,
+    alerts,
     conversations,
     exchanges,
     exports,
@@ -58,9 +62,11 @@ class ApiOptions:
     """What the API needs besides the store: ``exports_dir`` (export jobs' folders; ``None``:
     no exports over the API), the retention policy (``retention_days``, ``retention_override``:
     as ``observer purge`` reads them) and the ``trusted`` public keys a purge verifies other
-    writers' checkpoints with."""
+    writers' checkpoints with; ``metrics_dir``: where the proxies write their metrics
+    (``GET /metrics``, and the proxies' part of ``/readyz``)."""
 
     exports_dir: Path | None = None
+    metrics_dir: Path | None = None  # the proxies' metrics snapshots (observer.metrics)
     retention_days: int = MIN_RETENTION_DAYS
     retention_override: bool = False
     trusted: tuple[Ed25519PublicKey, ...] = ()
@@ -102,26 +108,52 @@ def create_app(
         "/readyz",
         response_model=Readiness,
         tags=["health"],
-        summary="Readiness (no auth): is the database answering?",
-        responses={503: {"model": Readiness, "description": "The database does not answer"}},
+        summary="Readiness (no auth): database, and each proxy's writer, worker and journal",
+        responses={503: {"model": ErrorResponse, "description": "Not ready: what is wrong"}},
     )
     def readyz() -> JSONResponse:
-        """``{"status": "ready", "database": "ok"}`` when the store answers ``SELECT 1``; else
-        503 with ``"status": "not_ready"``, ``"database": "unreachable"``: queries cannot be
-        served, and the proxy keeps recording to its journal (stored when the database answers)."""
+        """``{"status": "ready", "database": "ok", "proxies": {name: "ok"}}`` when the store
+        answers ``SELECT 1`` and every proxy writing metrics to ``metrics_dir`` (in the last day)
+        has its database writer and parser worker running and its journal under 90 % of its
+        bound. Else 503 in the API's error shape (``error.code`` ``not_ready``, ``error.message``
+        naming each problem) with the same fields beside it. No record content; no token."""
         try:
             store.ping()
+            database = "ok"
         except sa_exc.SQLAlchemyError:
-            body = {"status": "not_ready", "database": "unreachable"}
-            return JSONResponse(body, status_code=503)
-        return JSONResponse({"status": "ready", "database": "ok"})
+            database = "unreachable"
+        proxies = proxy_health(options.metrics_dir)
+        problems = [] if database == "ok" else ["the database does not answer"]
+        problems += [f"proxy {name}: {state}" for name, state in proxies.items() if state != "ok"]
+        body = {"status": "ready" if not problems else "not_ready", "database": database, "proxies": proxies}
+        if not problems:
+            return JSONResponse(body)
+        error = error_response(status.HTTP_503_SERVICE_UNAVAILABLE, "; ".join(problems), "not_ready")
+        return JSONResponse({**json.loads(error.body), **body}, status_code=503)
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics of the proxies (any token; not in the access log)",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_PLAIN_0_0_4: {}}, "description": "Text exposition format 0.0.4"}},
+        dependencies=[Depends(require("metadata"))],
+    )
+    def metrics() -> Response:
+        """The proxies' counters, gauges and histograms (``observer.metrics``): exchanges by
+        dialect, model, host and outcome; tokens; time to first token; durations; violations;
+        records journaled, stored and dropped; queue depth; journal bytes and age; database
+        write latency; worker restarts; observer errors. Any valid token (Prometheus:
+        ``authorization: {credentials_file: ...}``); scrapes are not access-logged (one every
+        15 s would outgrow the log; they hold no record content)."""
+        return Response(exposition(options.metrics_dir), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     v1 = APIRouter(
         prefix="/v1",
         dependencies=[Depends(require("metadata")), Depends(strict_query)],
         responses=_ERROR_RESPONSES,
     )
-    routers = (exchanges, conversations, stats, incidents, holds, exports, retention, access_log)
+    routers = (exchanges, conversations, stats, incidents, holds, exports, retention, access_log, alerts)
     for module in routers:
         v1.include_router(module.router)
     app.include_router(v1)

@@ -43,6 +43,11 @@ class Health(_Schema):
 class Readiness(_Schema):
     status: str = Field(examples=["ready"], description="ready, or not_ready")
     database: str = Field(examples=["ok"], description="ok, or unreachable")
+    proxies: dict[str, str] = Field(
+        default_factory=dict,
+        examples=[{"proxy-a-8080": "ok"}],
+        description="Each proxy writing metrics here (last day): ok, or what is wrong",
+    )
 
 
 class UsageOut(_Schema):
@@ -99,6 +104,17 @@ class RequestOut(_Schema):
     request_id: str | None = Field(description="The client's own correlation id (draft §4.6 metadata.request_id)")
 
 
+class ProvenanceOut(_Schema):
+    """Where an ingested record came from (``observer ingest``; ``observer.records.Provenance``)."""
+
+    source: str = Field(description="offline_ingest: read from a saved capture, not observed live")
+    file: str = Field(description="The file's absolute path when it was read")
+    file_sha256: str = Field(description="SHA-256 (hex) of the file's bytes")
+    file_format: str = Field(description="mitmproxy (a flow dump, mitmdump -w) or har (HTTP Archive)")
+    flow_id: str = Field(description="The flow's id in the dump; entry-<n> (0-based) in a HAR")
+    ingested_at: str = Field(json_schema_extra=_TIME)
+
+
 class ExchangeOut(_Schema):
     """The full audit record of one exchange (``observer.records.Exchange.to_dict()``)."""
 
@@ -133,6 +149,9 @@ class ExchangeOut(_Schema):
     transport_error: str | None
     response_bytes: int
     events: int
+    provenance: ProvenanceOut | None = Field(
+        description="null for a record observed live; where an ingested one came from (observer ingest)"
+    )
     conversation_id: str | None = Field(
         description="gen_ai.conversation.id: the id of the conversation's first exchange (linked by the store)"
     )
@@ -314,3 +333,20 @@ class PurgeOut(_Schema):
     by_writer: dict[str, int]
     unchained: int
     event_seq: int | None = Field(description="The purge's store event; null when dry")
+
+
+class AlertOut(_Schema):
+    id: str
+    fired_at: str = Field(description="RFC 3339 UTC")
+    rule: str = Field(description="The rule's name in the alerts file")
+    kind: str = Field(description="observer.alerting.rules.RULE_KINDS")
+    severity: str = Field(description="info, warning or critical")
+    summary: str
+    proxy: str = Field(description="The proxy process that fired it")
+    exchange_id: str | None = Field(description="The record it is about (record rules)")
+    details: dict[str, Any] = Field(description="Counts and ids: never record content")
+    deliveries: dict[str, str] = Field(description="Webhook name -> pending, delivered, or failed: why")
+
+
+class AlertPage(_Schema):
+    items: list[AlertOut]

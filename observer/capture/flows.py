@@ -14,7 +14,7 @@ from observer.capture.tap import StreamTap
 from observer.dialects.base import Dialect, RequestView
 from observer.records import Exchange, Violation, ViolationKind
 from observer.redact import redact_record
-from observer.response import ResponseFacts, StreamEnd, assemble, no_response_facts
+from observer.response import ResponseFacts, StreamEnd, assemble, no_response_facts, unread_facts
 
 log = logging.getLogger("observer.capture")
 
@@ -28,7 +28,8 @@ class FlowState:
     (``parsed``), its upload copy and stream tap, whether its backend has it (``opened``), the
     request-side ``violations``, and the credential values redacted from the request body
     (``secrets``) and those of its URL query and headers (``envelope_secrets``): in memory only,
-    to scrub echoes of them from the record."""
+    to scrub echoes of them from the record. ``metadata_only``: the request is not the dialect's
+    (``not_llm_request``): neither body is kept, the response is not read."""
 
     dialect: Dialect
     exchange: Exchange
@@ -38,6 +39,7 @@ class FlowState:
     request_tap: RequestTap | None = None
     tap: StreamTap | None = None
     opened: bool = False
+    metadata_only: bool = False
     finished: bool = False
     violations: list[Violation] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
@@ -45,7 +47,9 @@ class FlowState:
 
     def take(self, read: RequestRead) -> None:
         """Puts what reading the request body gave into the record: its facts and the values
-        redacted from them, or, unparsed, only its size (violations are the caller's)."""
+        redacted from them, or, unparsed, only its size (violations are the caller's); a body
+        that is not the dialect's request makes the record metadata only."""
+        self.metadata_only = read.not_llm
         if read.facts is None:
             self.exchange.request.body_bytes = read.body_bytes
         else:
@@ -63,9 +67,15 @@ class FlowTable:
     flows mitmproxy ends without a hook), and their finishing. ``sink`` receives each record and
     returns False when it had to drop it; ``sink`` may be set later (``set_sink``)."""
 
-    def __init__(self, backend: Backend | None = None, sink: Sink | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        sink: Sink | None = None,
+        observe: Callable[[Exchange], None] | None = None,
+    ) -> None:
         self.backend = backend
         self._sink = sink
+        self.observe = observe  # sees each record before the sink (metrics); must not raise
         self._open: dict[str, FlowState] = {}  # flow id -> state
         self._by_client: dict[str, set[str]] = {}  # client connection id -> ids of its open flows
         self._waiting: dict[str, FlowState] = {}  # record id -> finished flows waiting for their facts
@@ -90,6 +100,11 @@ class FlowTable:
                 if not ids:
                     del self._by_client[state.client_id]
         return state
+
+    @property
+    def open_count(self) -> int:
+        """Observed flows not finished yet."""
+        return len(self._open)
 
     def of_client(self, client_id: str) -> list[FlowState]:
         """Removes and returns the open flows of client connection ``client_id``."""
@@ -124,7 +139,11 @@ class FlowTable:
                 return
             if status is not None:
                 state.exchange.status_code = status
-            self._record(state, no_response_facts(end, state.exchange.request.request_id))
+            request_id = state.exchange.request.request_id
+            if state.metadata_only:
+                self._record(state, unread_facts(end, state.exchange.status_code, request_id))
+            else:
+                self._record(state, no_response_facts(end, request_id))
         except Exception as exc:  # noqa: BLE001 - never out of a hook; the record is still made
             self._failed("finish")
             self._waiting.pop(state.key, None)
@@ -147,6 +166,8 @@ class FlowTable:
             redact_record(record, [*state.envelope_secrets, *state.secrets])
         except Exception:  # noqa: BLE001 - never lose the record
             self._failed("scrub")
+        if self.observe is not None:
+            self.observe(record)
         sink = self._sink
         if sink is None:
             self.records_dropped += 1

@@ -1,9 +1,15 @@
-"""The mitmproxy addon: mitmproxy's hooks turned into calls on the capture path (the only
-module of ``observer`` that imports mitmproxy). Hook use follows mitmproxy 12.3 (shared
-reference "mitmproxy-streaming", §2 and §7):
+"""The mitmproxy addon: mitmproxy's hooks turned into calls on the capture path (the one module
+of the capture path that imports mitmproxy; ``observer.ingest`` reads saved flows with
+mitmproxy's own readers and drives these hooks with them). Hook use follows mitmproxy 12.3
+(shared reference "mitmproxy-streaming", §2 and §7):
 
-- ``requestheaders``: classify by headers (cheap); other traffic gets ``stream = True`` on the
-  request (and later the response) so it is never buffered and never recorded.
+- ``tls_clienthello``: TLS to a host that is not an LLM host (``observer.hosts``; setting
+  ``intercept``) is tunnelled without interception: the client sees the server's own
+  certificate, and no HTTP hook ever sees it.
+- ``server_connect`` / ``server_connected``: upstreams the proxy must not reach for its clients
+  (``capture.guard``: loopback, link-local, cloud metadata, the observer's own ports) are refused.
+- ``requestheaders``: classify by host and headers (cheap); other traffic gets ``stream = True``
+  on the request (and later the response) so it is never buffered and never recorded.
 - ``request``: read the (buffered) request body of an observed flow (``capture.request``).
 - ``responseheaders``: the response's spec goes to the backend (``capture.backend``) and a
   per-flow stream callable (``capture.tap.StreamTap``) returns every chunk unchanged.
@@ -17,6 +23,7 @@ Hooks never block or await.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import gc
 import json
@@ -25,18 +32,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import ctx, exceptions, http, tls
 from mitmproxy.connection import ConnectionState
+from mitmproxy.proxy import server_hooks
 
+from observer.alerting.delivery import AlertDispatcher
+from observer.alerting.rules import AlertConfig, AlertEngine, load_alert_config
 from observer.capture.backend import FailoverBackend, InProcessBackend
 from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
+from observer.capture.guard import Resolved, UpstreamGuard, build_guard, is_local, literal, resolve
 from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
 from observer.capture.tap import StreamTap
 from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, did_you_mean, settings_from_options
 from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
+from observer.metrics import ProxyMetrics, SnapshotWriter, pipeline_stats, proxy_name
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind
 from observer.redact import header_secrets
@@ -76,7 +88,12 @@ class LLMAudit:
         else:
             self._registry_factory = registry or DEFAULT_REGISTRY
             self._registry = load_registry(self._registry_factory)
-        self._flows = FlowTable(sink=sink)
+        self._metrics = ProxyMetrics(pipeline=self._pipeline_stats)
+        self._metrics_writer: SnapshotWriter | None = None
+        self._final_pipeline: dict[str, float] | None = None
+        self._alert_config: AlertConfig | None = None
+        self._alerts: tuple[AlertEngine, AlertDispatcher] | None = None
+        self._flows = FlowTable(sink=sink, observe=self._observe)
         self._custom_sink = sink is not None
         self._journal: Journal | None = None
         self._drainer: Drainer | None = None
@@ -89,6 +106,13 @@ class LLMAudit:
         self._backend: InProcessBackend | FailoverBackend = InProcessBackend(self._registry, self._flows.on_facts)
         self._flows.backend = self._backend
         self.worker_restart_after_s = 60.0  # a dead worker that had lived this long is replaced
+        self._hosts = self._settings.llm_host_list  # the built-in list until ``configure``
+        self._intercept_all = False
+        self._guard: UpstreamGuard | None = None  # built off the loop at the first connection
+        self._guard_lock: asyncio.Lock | None = None
+        self._listen_ports: frozenset[int] = frozenset()
+        self._refused_servers: dict[str, str] = {}  # server connection id -> why (found after connecting)
+        self.refused_connections = 0
         self._options_error: str | None = None  # a deferred ``--set observer_*`` that did not parse
         self._deferred: dict[FlowState, tuple] = {}  # ``response`` finishing soon: state -> (handle, end, status)
         self.hook_errors = 0
@@ -101,6 +125,32 @@ class LLMAudit:
     @property
     def records_dropped(self) -> int:
         return self._flows.records_dropped
+
+    @property
+    def metrics(self) -> ProxyMetrics:
+        return self._metrics
+
+    @property
+    def observer_errors(self) -> int:
+        """Failures of the observer's own code (hooks, finishing): each flow passed unobserved."""
+        return self.hook_errors + self._flows.errors
+
+    @property
+    def worker_alive(self) -> bool:
+        """Parsing works: in-process by choice, or the worker process is up."""
+        if isinstance(self._backend, FailoverBackend):
+            return self._backend.link is not None
+        return not (self._use_worker if self._use_worker is not None else self._settings.worker)
+
+    def _pipeline_stats(self) -> dict[str, float]:
+        if self._journal is None and self._final_pipeline is not None:  # shut down: the last counts
+            return self._final_pipeline
+        return pipeline_stats(self._journal, self._drainer, self, self._settings.spool_max_bytes)
+
+    @property
+    def open_exchanges(self) -> int:
+        """Exchanges whose record is not made yet (streaming, or finishing)."""
+        return self._flows.open_count + len(self._deferred)
 
     @property
     def worker_deaths(self) -> int:
@@ -171,13 +221,22 @@ class LLMAudit:
                 raise exceptions.OptionsError(f"observer_dialect_registry: {type(exc).__name__}: {exc}") from None
             self._registry, self._registry_factory = registry, settings.dialect_registry
             self._backend = self._flows.backend = InProcessBackend(registry, self._flows.on_facts)
+        if settings.alerts_file is not None and self._alerts is None:
+            try:
+                self._alert_config = load_alert_config(settings.alerts_file)
+            except ConfigError as exc:
+                raise exceptions.OptionsError(f"observer_alerts_file: {exc}") from None
         self._settings = settings
         self._limits = settings.limits
+        self._hosts = settings.llm_host_list
+        self._intercept_all = settings.intercept == "all"
+        self._guard = None  # rebuilt with the new settings at the next connection
         self._batcher.interval_s = settings.tap_batch_ms / 1000.0
         self._batcher.slice_s = settings.tap_slice_us / 1e6
 
     # ----- life cycle -----
     def running(self) -> None:
+        self._listen_ports = _listen_ports()
         if self._options_error is not None:
             log.error("observer: not recording: %s", self._options_error)
             ctx.master.shutdown()
@@ -192,6 +251,54 @@ class LLMAudit:
             if self._settings.gc_freeze:
                 _freeze_startup_heap()
         self._start_worker()
+        self._start_metrics()
+        self._start_alerts()
+
+    def _start_alerts(self) -> None:
+        """Starts the alert thread (``observer.alerting``) when an alerts file is set: alerts are
+        stored in the audit store when this proxy records to one."""
+        config = self._alert_config
+        if config is None or self._alerts is not None:
+            return
+        store = None
+        if self._journal is not None:
+            from observer.store import alerts as alert_rows
+            from observer.store.store import AuditStore
+
+            engine = AuditStore(self._settings.db).engine
+            store = (
+                lambda row: alert_rows.add_alert(engine, row),
+                lambda i, d: alert_rows.set_deliveries(engine, i, d),
+            )
+        rules = AlertEngine(config, proxy_name(self._listen_ports))
+        dispatcher = AlertDispatcher(config, rules, self._pipeline_stats, store)
+        dispatcher.start()
+        self._alerts = (rules, dispatcher)
+        log.info("observer: %d alert rules, %d webhooks", len(config.rule), len(config.webhook))
+
+    def _observe(self, record: Exchange) -> None:
+        """Every finished record, before the sink, on the loop: counted in the metrics and put
+        to the record rules (cheap; delivery is the alert thread's)."""
+        self._metrics.observe(record)
+        alerts = self._alerts
+        if alerts is not None:
+            try:
+                alerts[1].submit(alerts[0].on_record(record, time.time()))
+            except Exception:  # noqa: BLE001
+                self._hook_failed("alerts")
+
+    def _start_metrics(self) -> None:
+        """Writes the metrics snapshot to ``metrics_dir`` (``observer.metrics``) when one is set."""
+        folder = self._settings.metrics_dir
+        if folder is None or self._metrics_writer is not None:
+            return
+        writer = SnapshotWriter(self._metrics, folder, proxy_name(self._listen_ports))
+        try:
+            writer.start()
+        except OSError as exc:
+            log.error("observer: no metrics: cannot write to %s: %s", folder, exc)
+            return
+        self._metrics_writer = writer
 
     def _start_writer(self) -> None:
         """The journal (``observer.journal``) and its drainer to the store: what a previous run
@@ -222,6 +329,7 @@ class LLMAudit:
             checkpoint_key=key,
             checkpoint_every=settings.checkpoint_every,
             checkpoint_interval_s=settings.checkpoint_interval_s,
+            on_write=self._metrics.db_write.observe,
         )
         self._drainer.start()
         self._flows.set_sink(journal.record)
@@ -278,8 +386,16 @@ class LLMAudit:
             self._flows.finish(state, StreamEnd(EndCause.SHUTDOWN, now, transport_error="observer shut down"))
         if isinstance(self._backend, FailoverBackend):
             self._backend.close(timeout_s=10.0)
+        metrics, self._metrics_writer = self._metrics_writer, None
+        if metrics is not None:
+            metrics.stop()
+        alerts, self._alerts = self._alerts, None
+        if alerts is not None:
+            alerts[1].close(timeout_s=5.0)
         if self._journal is not None:
             self._stop_writer()
+        if metrics is not None:
+            metrics.write()  # the final counts (the journal's and the drainer's: read before they close)
 
     def _stop_writer(self) -> None:
         """Journals what is queued, stores what the database takes within 10 s, and logs what
@@ -307,14 +423,105 @@ class LLMAudit:
             "" if not ds["refused"] else " (the journal belongs to another store: see the error above)",
             f"; {self.refused_requests} LLM requests refused (fail_closed)" if self.refused_requests else "",
         )
+        self._final_pipeline = pipeline_stats(journal, drainer, self, self._settings.spool_max_bytes)
         self._journal = self._drainer = None
         self._flows.set_sink(None)
 
+    # ----- connection hooks -----
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        """TLS to a host that is not an LLM host is not intercepted (``ignore_connection``: the
+        encrypted bytes pass as they are, the client checks the server's own certificate). The
+        host is the CONNECT target or the ClientHello's SNI: either on the list intercepts.
+        ``intercept = all`` intercepts every connection (labs)."""
+        try:
+            if self._intercept_all or data.ignore_connection:
+                return
+            address = data.context.server.address
+            port = address[1] if address else 443
+            names = [n for n in (data.client_hello.sni, address[0] if address else None) if n]
+            if not any(self._hosts.matches(name, port) for name in names):
+                data.ignore_connection = True
+        except Exception:
+            self._hook_failed("tls_clienthello")  # (the connection is intercepted as mitmproxy would)
+
+    async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        """Refuses an upstream the guard does not allow (``capture.guard``): the client gets
+        mitmproxy's error answer (502 to a CONNECT) naming the reason. The name is resolved off
+        the event loop; every address it gives must be allowed. A failure of the check itself
+        refuses too (this is an access control: it fails closed), logged."""
+        server = data.server
+        if server.address is None or server.via is not None:  # (an upstream proxy is the next hop's to police)
+            return
+        host, port = str(server.address[0]), int(server.address[1])
+        try:
+            guard = await self._upstream_guard()
+            dest = await asyncio.get_running_loop().run_in_executor(None, resolve, host, port)
+            why = guard.refusal(dest)
+        except Exception:
+            self._hook_failed("server_connect")
+            why = f"the audit proxy could not check {host}:{port} (observer error, logged)"
+        if why is not None:
+            server.error = why
+            self._refused(why, data.client.peername)
+
+    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        """Checks the address actually connected (``peername``): a name that resolved to an
+        allowed address for the check and to a refused one for the connection (DNS rebinding)
+        gets its connection marked failed, so no request is sent on it (mitmproxy answers each
+        with the error) and a tunnel on it is killed at its start (``tcp_start``)."""
+        guard = self._guard
+        peer = data.server.peername
+        if guard is None or peer is None or data.server.via is not None:
+            return
+        try:
+            address = literal(str(peer[0]))
+            if address is None:
+                return
+            host = str(data.server.address[0]) if data.server.address else str(address)
+            why = guard.refusal(Resolved(host, int(peer[1]), (address,), (is_local(address),)))
+        except Exception:
+            self._hook_failed("server_connected")
+            return
+        if why is not None:
+            data.server.error = why
+            self._refused_servers[data.server.id] = why
+            self._refused(why, data.client.peername)
+
+    def server_disconnected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        self._refused_servers.pop(data.server.id, None)
+
+    def tcp_start(self, flow) -> None:
+        """A tunnel (TLS not intercepted, or raw TCP) on a connection ``server_connected``
+        refused is killed before its first byte is relayed."""
+        if flow.server_conn.id in self._refused_servers:
+            flow.kill()
+
+    async def _upstream_guard(self) -> UpstreamGuard:
+        """The guard of the current settings, built once (resolving the protected names is
+        blocking: done in the executor, under a lock so that concurrent connections wait for
+        one build)."""
+        if self._guard is not None:
+            return self._guard
+        if self._guard_lock is None:
+            self._guard_lock = asyncio.Lock()
+        async with self._guard_lock:
+            if self._guard is None:
+                settings, listen = self._settings, self._listen_ports
+                self._guard = await asyncio.get_running_loop().run_in_executor(None, build_guard, settings, listen)
+        return self._guard
+
+    def _refused(self, why: str, client: object) -> None:
+        self.refused_connections += 1
+        log.warning("observer: refused a connection for %s: %s", _peer(client), why)
+
     # ----- hooks -----
     def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.server_conn.id in self._refused_servers:
+            flow.kill()
+            return
         try:
             view = _request_view(flow)
-            dialect = self._registry.classify(view)
+            dialect = self._registry.classify(view, self._is_llm_host(flow))
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
                 return
@@ -378,6 +585,10 @@ class LLMAudit:
             flow.response.stream = True  # not ours: stream through, never buffer
             return
         self._read_request(flow, state)
+        if state.metadata_only:  # not LLM traffic after all: its response is not read
+            state.exchange.status_code = flow.response.status_code
+            flow.response.stream = True
+            return
         try:
             resp = flow.response
             ex = state.exchange
@@ -487,7 +698,7 @@ class LLMAudit:
         view = state.view if state is not None else _request_view(flow)
         headers = {k.lower(): v for k, v in flow.response.headers.items()}
         current = state.dialect if state is not None else None
-        dialect = self._registry.classify_response(view, headers, current)
+        dialect = self._registry.classify_response(view, headers, current, self._is_llm_host(flow))
         if dialect is None or dialect is current:
             return state
         if state is None:
@@ -501,9 +712,19 @@ class LLMAudit:
         if raw is not None:  # read the request again, the way the dialect the response revealed reads it
             read = read_request(dialect, state.view, raw, flow.request.headers.get("content-encoding"), self._limits)
             state.take(read)
-            state.violations = [v for v in state.violations if v.kind != ViolationKind.INVALID_REQUEST]
+            reread = (ViolationKind.INVALID_REQUEST, ViolationKind.NOT_LLM_REQUEST)
+            state.violations = [v for v in state.violations if v.kind not in reread]
             state.violations += read.violations
         return state
+
+    def _is_llm_host(self, flow: http.HTTPFlow) -> bool:
+        """The request goes to an LLM host: its connection's host (or the ``Host`` it names)
+        at its port is on the list."""
+        req = flow.request
+        if self._hosts.matches(req.host, req.port):
+            return True
+        named = req.pretty_host
+        return named != req.host and self._hosts.matches(named, req.port)
 
     def _track(self, flow: http.HTTPFlow, state: FlowState) -> None:
         flow.metadata[METADATA_KEY] = state
@@ -518,6 +739,23 @@ class LLMAudit:
     def _hook_failed(self, hook: str) -> None:
         self.hook_errors += 1
         log.error("observer: %s hook failed; the flow passes through unobserved", hook, exc_info=True)
+
+
+def _listen_ports() -> frozenset[int]:
+    """The ports the running proxy listens on (mitmproxy's proxyserver), or none known."""
+    try:
+        server = ctx.master.addons.get("proxyserver")
+        return frozenset(int(addr[1]) for addr in server.listen_addrs())
+    except Exception:
+        return frozenset()
+
+
+def _peer(client: object) -> str:
+    try:
+        host, port = client[:2]  # type: ignore[index]
+        return f"{host}:{port}"
+    except Exception:
+        return "a client"
 
 
 def end_cause_from_error(message: str, *, client_closed: bool = False, server_closed: bool = False) -> EndCause:

@@ -46,13 +46,15 @@ def skeleton(
 @dataclass(slots=True)
 class RequestRead:
     """What reading a request body gave: ``facts`` (``None`` when the body was not parsed, then
-    ``body_bytes`` is its size), the ``violations`` found, and the credential values removed
-    (``secrets``: kept in memory only, to scrub echoes of them from the record)."""
+    ``body_bytes`` is its size), the ``violations`` found, the credential values removed
+    (``secrets``: kept in memory only, to scrub echoes of them from the record), and whether the
+    body is not the dialect's request at all (``not_llm``: ``not_llm_request``, metadata only)."""
 
     facts: RequestFacts | None
     violations: list[Violation] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     body_bytes: int = 0
+    not_llm: bool = False
 
 
 def read_request(
@@ -75,6 +77,8 @@ def read_request(
         return RequestRead(None, [violation], body_bytes=len(body))
     facts, violations = dialect.parse_request(body, view)
     violations = list(violations)
+    if any(v.kind == ViolationKind.NOT_LLM_REQUEST for v in violations):  # metadata only: nothing of the body
+        return RequestRead(None, violations, body_bytes=len(body), not_llm=True)
     return RequestRead(facts, violations, redacted(facts, violations))
 
 

@@ -18,7 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 import orjson
 
-from observer.dialects.toolkit import INT64_MAX, base64_decoded_size, count, is_int, load_request
+from observer.dialects.toolkit import INT64_MAX, base64_decoded_size, count, is_int, not_llm_request, vendor_object
 from observer.events import ErrorEvent, UsageEvent
 from observer.records import RequestFacts, Violation, ViolationKind
 
@@ -136,12 +136,16 @@ def read_envelope(
     ``parameters`` = every other top-level key except ``own_fields`` (read by the dialect),
     keyed by the vendor's own names, with inline binary payloads reduced.
 
-    Returns (the JSON object or ``None``, facts, ``invalid_request`` violations). Never raises.
+    Returns (the JSON object or ``None``, facts, ``invalid_request`` violations); a body that is
+    not a JSON object gives ``None`` and the ``not_llm_request`` facts (``toolkit.not_llm_request``).
+    Never raises.
     """
-    facts = RequestFacts(body_bytes=len(body))
-    doc, violations = load_request(body)
+    doc, why = vendor_object(body)
     if doc is None:
+        facts, violations = not_llm_request(body, why)
         return None, facts, violations
+    facts = RequestFacts(body_bytes=len(body))
+    violations: list[Violation] = []
 
     model = doc.get("model")
     facts.model = model if isinstance(model, str) else None

@@ -53,9 +53,10 @@ from observer.dialects.toolkit import (
     Out,
     base64_decoded_size,
     check_messages,
-    load_request,
+    not_llm_request,
     read_tools,
     tool_names,
+    vendor_object,
 )
 from observer.events import (
     ContentDelta,
@@ -107,19 +108,24 @@ class AnthropicDialect(DialectBase):
 
     def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
         """Reads a Messages request body (see the module docstring for what goes where).
-        Never raises: malformed input gives ``invalid_request`` violations."""
-        facts = RequestFacts(body_bytes=len(body), stream=False)
-        doc, violations = load_request(body)
+
+        Shape (else ``not_llm_request``, metadata only): a JSON object with a ``messages`` array
+        and a string ``model`` (or a Vertex AI path naming the model). Other problems (e.g. no
+        ``max_tokens``) are ``invalid_request`` violations. Never raises."""
+        doc, why = vendor_object(body)
         if doc is None:
-            facts.stream = None
-            return facts, violations
+            return not_llm_request(body, why)
         path_model = vertex_model(unquote(request.path_only)) if request is not None else None
-        required = ("messages", "max_tokens") if path_model else ("model", "messages", "max_tokens")
-        missing = [k for k in required if k not in doc]
-        if missing:
-            violations.append(Violation(V.INVALID_REQUEST, None, f"missing required fields: {', '.join(missing)}"))
         model = doc.get("model")
-        if "model" in doc and not isinstance(model, str):
+        if not isinstance(doc.get("messages"), list):
+            return not_llm_request(body, "no messages array")
+        if path_model is None and not isinstance(model, str):
+            return not_llm_request(body, "no model string")
+        facts = RequestFacts(body_bytes=len(body), stream=False)
+        violations: list[Violation] = []
+        if "max_tokens" not in doc:
+            violations.append(Violation(V.INVALID_REQUEST, None, "missing required fields: max_tokens"))
+        if path_model is not None and "model" in doc and not isinstance(model, str):
             violations.append(Violation(V.INVALID_REQUEST, None, "model is not a string"))
         facts.model = path_model or (model if isinstance(model, str) else None)
         facts.stream = _stream_flag(doc, violations)

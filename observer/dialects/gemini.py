@@ -94,7 +94,7 @@ from observer.conversation import (
     result,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
-from observer.dialects.toolkit import Out, base64_decoded_size, load_request, read_tools
+from observer.dialects.toolkit import Out, base64_decoded_size, not_llm_request, read_tools, vendor_object
 from observer.events import (
     ContentDelta,
     ErrorEvent,
@@ -154,15 +154,19 @@ class GeminiDialect(DialectBase):
 
     def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
         """Reads a ``GenerateContentRequest`` (see the module docstring for what goes where).
-        Never raises: malformed input gives ``invalid_request`` violations."""
+        Shape (else ``not_llm_request``, metadata only): a JSON object with a ``contents`` array.
+        Other problems are ``invalid_request`` violations. Never raises."""
+        doc, why = vendor_object(body)
+        if doc is None:
+            return not_llm_request(body, why)
+        if not isinstance(doc.get("contents"), list):
+            return not_llm_request(body, "no contents array")
         facts = RequestFacts(body_bytes=len(body))
+        violations: list[Violation] = []
         if request is not None:
             path = unquote(request.path_only)
             facts.model = path_model(path)
             facts.stream = path.endswith(STREAM_VERB) if facts.model is not None else None
-        doc, violations = load_request(body)
-        if doc is None:
-            return facts, violations
         facts.messages = _messages(doc, violations)
         _tools(doc, facts, violations)
         facts.parameters = _parameters(doc, violations)
@@ -221,10 +225,6 @@ def _messages(doc: dict[str, Any], violations: list[Violation]) -> list[Any]:
         if bad:
             violations.append(Violation(V.INVALID_REQUEST, None, f"{bad} content(s) without an object and parts"))
         out.extend(strip_inline_data(c) for c in contents)
-    elif contents is None:
-        violations.append(Violation(V.INVALID_REQUEST, None, "missing required fields: contents"))
-    else:
-        violations.append(Violation(V.INVALID_REQUEST, None, "contents is not an array"))
     return out
 
 

@@ -21,7 +21,15 @@ import orjson
 
 from observer.conversation import CanonicalAttachment, CanonicalMessage, default_message, recorded_answer
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
-from observer.dialects.toolkit import JSON_NAMES, Out, base64_decoded_size, check_messages, count, load_request
+from observer.dialects.toolkit import (
+    JSON_NAMES,
+    Out,
+    base64_decoded_size,
+    check_messages,
+    count,
+    not_llm_request,
+    vendor_object,
+)
 from observer.dialects.vercel import is_ui_request, parse_ui_request
 from observer.events import (
     ContentDelta,
@@ -84,19 +92,31 @@ class OllamaDialect(DialectBase):
         Violations (``invalid_request``) only for what Ollama itself rejects by type: a body
         that is not a JSON object, and fields present with the wrong type. Missing fields are
         not flagged (Ollama answers them with an HTTP error, recorded as such), and a body
-        shaped like an AI SDK UI request gets none. Never raises.
+        shaped like an AI SDK UI request gets none.
+
+        Shape (else ``not_llm_request``, metadata only): a JSON object with a string ``model``
+        and, on ``/api/chat``, a ``messages`` array (a generate request's ``prompt``, when
+        present, a string); or an AI SDK UI request. Never raises.
         """
-        facts = RequestFacts(body_bytes=len(body), stream=True)
-        doc, violations = load_request(body)
+        doc, why = vendor_object(body)
         if doc is None:
-            return facts, violations
+            return not_llm_request(body, why)
         if is_ui_request(doc):
             return parse_ui_request(body), []
+        generate = request is not None and request.path_only.rstrip("/").endswith("/api/generate")
+        generate = generate or ("prompt" in doc and "messages" not in doc)
+        if not isinstance(doc.get("model"), str):
+            return not_llm_request(body, "no model string")
+        if generate and not isinstance(doc.get("prompt", ""), str):
+            return not_llm_request(body, "prompt is not a string")
+        if not generate and not isinstance(doc.get("messages"), list):
+            return not_llm_request(body, "no messages array")
+        facts = RequestFacts(body_bytes=len(body), stream=True)
+        violations: list[Violation] = []
         facts.model = _typed(doc, "model", str, violations)
         stream = _typed(doc, "stream", bool, violations)
         facts.stream = True if doc.get("stream") is None else stream  # absent or null: streamed
-        generate = request is not None and request.path_only.rstrip("/").endswith("/api/generate")
-        if generate or ("prompt" in doc and "messages" not in doc):
+        if generate:
             facts.messages = _generate_messages(doc, violations)
         else:
             facts.messages = _chat_messages(doc, violations)

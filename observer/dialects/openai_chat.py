@@ -39,7 +39,7 @@ from observer.dialects._openai_common import (
     usage_event,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
-from observer.dialects.toolkit import INT64_MAX, check_messages, is_int, load_object, read_tools
+from observer.dialects.toolkit import INT64_MAX, check_messages, is_int, load_object, not_llm_request, read_tools
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -97,7 +97,9 @@ class OpenAIChatDialect(DialectBase):
         - ``stream``: absent means ``False``; ``parameters``: every other top-level key
           (temperature, max_tokens, stop, response_format, tool_choice, stream_options, …);
           ``metadata``; ``end_user``: ``safety_identifier`` else ``user``.
-        Never raises: problems are ``invalid_request`` violations.
+        Shape (else ``not_llm_request``, metadata only): a JSON object with a ``messages`` array
+        and a string ``model`` (or an Azure deployment path). Other problems are
+        ``invalid_request`` violations. Never raises.
         """
         doc, facts, violations = read_envelope(body, _OWN_FIELDS)
         if doc is None:
@@ -106,16 +108,13 @@ class OpenAIChatDialect(DialectBase):
             match = _AZURE_DEPLOYMENT.search(request.path_only)
             if match:
                 facts.model = unquote(match.group(1))
-        if facts.model is None and "model" not in doc:
-            violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: model"))
         messages = doc.get("messages")
-        if isinstance(messages, list):
-            facts.messages = [reduce_binary(m) for m in messages]
-            check_messages(messages, violations)
-        elif messages is None:
-            violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: messages"))
-        else:
-            violations.append(Violation(V.INVALID_REQUEST, None, "messages is not an array"))
+        if not isinstance(messages, list):
+            return not_llm_request(body, "no messages array")
+        if facts.model is None:
+            return not_llm_request(body, "no model string")
+        facts.messages = [reduce_binary(m) for m in messages]
+        check_messages(messages, violations)
         facts.tools = read_tools(doc, "tools", violations) + read_tools(doc, "functions", violations)
         facts.tool_names = [n for n in (_tool_name(t) for t in facts.tools) if n is not None]
         return facts, violations

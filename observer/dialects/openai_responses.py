@@ -41,7 +41,7 @@ from observer.dialects._openai_common import (
     usage_event,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
-from observer.dialects.toolkit import INT64_MAX, is_int, load_object, read_tools
+from observer.dialects.toolkit import INT64_MAX, is_int, load_object, not_llm_request, read_tools
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -107,20 +107,22 @@ class OpenAIResponsesDialect(DialectBase):
           ``custom`` tools (built-in tools such as ``web_search`` have no name).
         - ``stream`` absent means ``False``; ``metadata``; ``end_user``: ``safety_identifier``
           else ``user``.
-        Never raises: problems are ``invalid_request`` violations.
+        Shape (else ``not_llm_request``, metadata only): a JSON object with a string ``model``
+        (or a stored ``prompt`` object) whose ``input``, when present, is a string or an array.
+        Other problems are ``invalid_request`` violations. Never raises.
         """
         doc, facts, violations = read_envelope(body, _OWN_FIELDS)
         if doc is None:
             return facts, violations
-        if "model" not in doc and "prompt" not in doc:
-            violations.append(Violation(V.INVALID_REQUEST, None, "missing required field: model"))
+        if facts.model is None and not isinstance(doc.get("prompt"), dict):
+            return not_llm_request(body, "no model string")
         given = doc.get("input")
         if isinstance(given, str):
             facts.messages = [{"role": "user", "content": given}]
         elif isinstance(given, list):
             facts.messages = [reduce_binary(item) for item in given]
         elif given is not None:
-            violations.append(Violation(V.INVALID_REQUEST, None, "input is neither a string nor an array"))
+            return not_llm_request(body, "input is neither a string nor an array")
         facts.tools = read_tools(doc, "tools", violations)
         facts.tool_names = [
             t["name"] for t in facts.tools if t.get("type") in ("function", "custom") and text(t.get("name"))

@@ -29,21 +29,26 @@ class DialectRegistry:
         """Registered dialect names in match order."""
         return tuple(d.name for d in self._dialects)
 
-    def classify(self, request: RequestView) -> Dialect | None:
-        """The dialect for ``request``, or ``None`` for traffic that is not LLM inference."""
+    def classify(self, request: RequestView, llm_host: bool = True) -> Dialect | None:
+        """The dialect for ``request``, or ``None`` for traffic that is not LLM inference.
+        ``llm_host``: the request goes to an LLM host (``observer.hosts``); when it does not,
+        only a dialect that identifies itself on any host (``any_host``: the draft's media type,
+        draft §4.1) can match, never one known by its path alone."""
         for dialect in self._dialects:
-            if dialect.matches(request):
+            if (llm_host or getattr(dialect, "any_host", False)) and dialect.matches(request):
                 return dialect
         return None
 
     def classify_response(
-        self, request: RequestView, response_headers: Mapping[str, str], current: Dialect | None
+        self, request: RequestView, response_headers: Mapping[str, str], current: Dialect | None, llm_host: bool = True
     ) -> Dialect | None:
         """The dialect the response headers (lower-case names) reveal, else ``current``: a
         response can show a dialect its request did not (e.g. an AI SDK UI stream answering an
-        app-defined ``POST /api/chat``)."""
+        app-defined ``POST /api/chat``). ``llm_host`` as for ``classify``."""
         for dialect in self._dialects:
-            if dialect.matches_response(request, response_headers):
+            if (llm_host or getattr(dialect, "any_host", False)) and dialect.matches_response(
+                request, response_headers
+            ):
                 return dialect
         return current
 

@@ -55,6 +55,7 @@ class StandardDialect(DialectBase):
     case-insensitively and with any parameters (``; version=1.0; charset=utf-8``) ignored."""
 
     name = "llm-stream-1.0"
+    any_host = True  # its media type identifies LLM traffic on any host (draft §4.1)
 
     def matches(self, request: RequestView) -> bool:
         return MEDIA_TYPE in request.media_types

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from observer.events import CanonicalEvent
-from observer.records import Violation, ViolationKind
+from observer.records import RequestFacts, Violation, ViolationKind
 
 V = ViolationKind
 
@@ -63,6 +63,27 @@ def load_request(body: bytes) -> tuple[dict[str, Any] | None, list[Violation]]:
     if not isinstance(doc, dict):
         return None, [Violation(V.INVALID_REQUEST, None, "request body is not a JSON object")]
     return doc, []
+
+
+def not_llm_request(body: bytes, reason: str) -> tuple[RequestFacts, list[Violation]]:
+    """What a vendor dialect returns for a body on its path that does not have its request's
+    shape (an HR survey posted to ``…/responses``, a team chat to ``/api/chat``): only the
+    body's size, and one ``not_llm_request`` violation saying what is missing. The record of
+    such an exchange keeps its metadata only (``observer.capture``): nothing of either body."""
+    return RequestFacts(body_bytes=len(body)), [
+        Violation(V.NOT_LLM_REQUEST, None, f"{reason}; recorded as metadata only")
+    ]
+
+
+def vendor_object(body: bytes) -> tuple[dict[str, Any] | None, str]:
+    """(the JSON object of a vendor request body, ``""``), or (``None``, why it is not one)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, "the request body is not JSON"
+    if not isinstance(doc, dict):
+        return None, "the request body is not a JSON object"
+    return doc, ""
 
 
 def check_messages(messages: list[Any], violations: list[Violation]) -> None:

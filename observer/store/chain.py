@@ -21,7 +21,10 @@ A record's object is its ``Exchange.to_dict()`` without the derived keys (``text
 **content field** replaced by ``{"sha256": <hex digest>}`` (``CONTENT_FIELDS``): the chain
 commits to a digest of the content, not the content, so content can later be encrypted or
 erased (crypto-shredding) and the chain still verifies against the digest kept. A string's
-digest is over its UTF-8 bytes; a list's or object's over its canonical JSON.
+digest is over its UTF-8 bytes; a list's or object's over its canonical JSON. A key added to the
+record after records were chained (``ADDED_KEYS``: ``provenance``) is committed only when it is
+not null, so a record stored before it existed hashes as it did then (and a live record's
+``"provenance": null`` is not committed).
 
 A gap's object is its row (``seq``, ``seq_end``, ``first_at``, ``last_at``, ``dropped``,
 ``reason``, ``detail``) with ``"kind": "gap"`` and ``"writer_id"``.
@@ -49,6 +52,8 @@ DOMAIN = b"llm-audit/v1\x00"
 GENESIS = bytes(32)
 #: Derived keys of ``Exchange.to_dict()``: computed from other fields, not committed twice.
 DERIVED_KEYS = ("text", "request_model")
+#: Keys added to ``Exchange`` after records were chained: left out of the committed object when null.
+ADDED_KEYS = ("provenance",)
 #: Content fields, committed by digest: (path in the record's dict, where ``[]`` is every item).
 CONTENT_FIELDS = (
     ("request", "messages"),
@@ -88,9 +93,12 @@ def _digests(items: Any, key: str) -> Any:
 
 
 def committed_record(record: Mapping[str, Any], writer_id: str, seq: int) -> dict[str, Any]:
-    """The object a record's hash commits to (``CONTENT_FIELDS`` as digests; the caller's
-    dicts are not changed)."""
+    """The object a record's hash commits to (``CONTENT_FIELDS`` as digests, null
+    ``ADDED_KEYS`` left out; the caller's dicts are not changed)."""
     obj: dict[str, Any] = {k: v for k, v in record.items() if k not in DERIVED_KEYS}
+    for key in ADDED_KEYS:
+        if obj.get(key) is None:
+            obj.pop(key, None)
     request = obj.get("request")
     if isinstance(request, dict):
         request = dict(request)
@@ -206,6 +214,7 @@ def _time(value: datetime | str | None) -> str | None:
 
 
 __all__ = [
+    "ADDED_KEYS",
     "CONTENT_FIELDS",
     "DOMAIN",
     "GENESIS",

@@ -156,6 +156,7 @@ class Drainer:
         checkpoint_every: int = 1000,
         checkpoint_interval_s: float = 60.0,
         clock: Callable[[], float] = time.time,
+        on_write: Callable[[float], None] | None = None,
     ) -> None:
         if batch_max < 1 or not 0 < retry_min_s <= retry_max_s:
             raise ValueError("need batch_max >= 1 and 0 < retry_min_s <= retry_max_s")
@@ -169,6 +170,8 @@ class Drainer:
         self._checkpoint_every = checkpoint_every
         self._checkpoint_interval_s = checkpoint_interval_s
         self._clock = clock
+        self._on_write = on_write  # seconds each stored batch took (metrics)
+        self.behind_since: float | None = None  # monotonic time since records wait for the database
         self._store_id = ""
         self._last_checkpoint: dict[str, Any] | None = None
         self._last_checkpoint_at = 0.0
@@ -224,6 +227,7 @@ class Drainer:
             "checkpoints": self.checkpoints,
             "database_down": self.down_since is not None,
             "alive": self._thread is not None and self._thread.is_alive(),
+            "behind_s": 0.0 if self.behind_since is None else time.monotonic() - self.behind_since,
         }
 
     def pending(self) -> bool:
@@ -246,6 +250,7 @@ class Drainer:
                 return
             durable = self._journal.durable()
             if self._ready and not self._has_entries(self._pos, durable):
+                self.behind_since = None
                 self._pos = self._skip_to(durable)
                 if closing:
                     self._checkpoint(force=True)
@@ -254,6 +259,8 @@ class Drainer:
                 self._wake.clear()
                 self._checkpoint()
                 continue
+            if self.behind_since is None:
+                self.behind_since = time.monotonic()
             try:
                 if not self._ready:
                     self._bind()
@@ -335,7 +342,10 @@ class Drainer:
         """Reads one batch after the position and stores it; advances and acknowledges."""
         records, seqs, gaps, end = self._read_batch(durable)
         if records or gaps:
+            began = time.perf_counter()
             self._write(records, seqs, gaps)
+            if self._on_write is not None:
+                self._on_write(time.perf_counter() - began)
         self._pos = end
         last_seq = max([*seqs, *(g["seq_end"] for g in gaps)], default=self._acked_seq)
         self._acked_seq = max(self._acked_seq, last_seq)

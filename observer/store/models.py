@@ -53,6 +53,8 @@ NAMING_CONVENTION: dict[str, str] = {
 #: JSON everywhere; JSONB on PostgreSQL (indexable, e.g. ``request->'metadata'``). JSONB does
 #: not keep object key order, so a read-back dict compares equal but may list keys differently.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
+#: ``JSONType`` storing Python ``None`` as SQL NULL, not as the JSON ``null`` (``IS NULL`` finds it).
+NullableJSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -201,6 +203,9 @@ class ExchangeRow(Base):
     response_bytes: Mapped[BigCount] = mapped_column(comment="Response body bytes seen on the wire")
     events: Mapped[BigCount] = mapped_column(comment="Canonical events decoded from the stream")
     request: Mapped[dict[str, Any]] = mapped_column(comment="Request facts (observer.records.RequestFacts)")
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(
+        NullableJSON, comment="Where an ingested record came from (observer.records.Provenance); null: observed live"
+    )
     created_at: Mapped[datetime] = mapped_column(
         server_default=func.now(), comment="Insert time on the database clock (UTC)"
     )
@@ -524,3 +529,26 @@ class IncidentExchangeRow(Base):
     linked_at: Mapped[datetime]
     linked_by: Mapped[str]
     hold_id: Mapped[RecordId] = mapped_column(comment="The legal hold made when it was linked")
+
+
+class AlertRow(Base):
+    """One alert fired by a proxy's rules (``observer.alerting``): what it said and where it
+    went. Append-only but for ``deliveries``, updated as webhooks answer. Holds counts and ids,
+    never record content."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (
+        Index("ix_alerts_fired_at_id", "fired_at", "id"),
+        {"comment": "Alerts fired by the proxies' rules, and their deliveries to webhooks."},
+    )
+
+    id: Mapped[RecordId] = mapped_column(primary_key=True, comment="Alert id (UUID)")
+    fired_at: Mapped[datetime]
+    rule: Mapped[str] = mapped_column(String(100), comment="The rule's name in the alerts file")
+    kind: Mapped[Label] = mapped_column(comment="observer.alerting.rules.RULE_KINDS")
+    severity: Mapped[str] = mapped_column(String(16), comment="info, warning or critical")
+    summary: Mapped[str]
+    proxy: Mapped[str] = mapped_column(String(200), comment="The proxy process that fired it")
+    exchange_id: Mapped[str | None] = mapped_column(String(36), comment="The record it is about, if one")
+    details: Mapped[dict[str, Any]] = mapped_column(JSONType, comment="Counts and ids (no record content)")
+    deliveries: Mapped[dict[str, Any]] = mapped_column(JSONType, comment="Webhook name -> delivered / failed: why")

@@ -34,7 +34,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from observer.jsontext import loads
-from observer.records import RequestFacts
+from observer.records import Provenance, RequestFacts
 from observer.shape import keys, rfc3339
 
 #: Records per page (one statement per table and page).
@@ -72,6 +72,7 @@ _COLUMNS = (
     "transport_error",
     "response_bytes",
     "events",
+    "provenance",
     "writer_id",
     "seq",
     "record_hash",
@@ -88,6 +89,7 @@ _GAP_SELECT = "SELECT " + ", ".join(_GAP_COLUMNS) + " FROM gaps"
 #: ``RequestFacts.from_dict`` of a lenient class: (key, default maker) in field order.
 _REQUEST_KEYS = tuple((k.name, k.missing) for k in keys(RequestFacts))
 _REQUEST_NAMES = tuple(name for name, _ in _REQUEST_KEYS)
+_PROVENANCE_NAMES = tuple(k.name for k in keys(Provenance))
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +366,7 @@ class RecordReader:
             transport_error,
             response_bytes,
             events,
+            provenance,
             writer_id,
             seq,
             record_hash,
@@ -408,6 +411,7 @@ class RecordReader:
             "transport_error": transport_error,
             "response_bytes": response_bytes,
             "events": events,
+            "provenance": _provenance(provenance),
         }
 
     def _gap(self, writer_id: str, row: Any) -> Item:
@@ -437,6 +441,17 @@ def _text(blocks: list[Item]) -> str:
     if len(blocks) == 1:
         return blocks[0]["text"] if blocks[0]["type"] == "text" else ""
     return "".join([b["text"] for b in blocks if b["type"] == "text"])
+
+
+def _provenance(value: Any) -> Item | None:
+    """``Exchange.provenance`` as ``to_dict`` writes it (``None``: observed live), from the
+    column (SQLite: JSON text; PostgreSQL: jsonb, parsed, its keys in jsonb's order)."""
+    if value is None:
+        return None
+    d = loads(value) if isinstance(value, bytes | str) else value
+    if d is None or tuple(d) == _PROVENANCE_NAMES:
+        return d
+    return {name: d[name] for name in _PROVENANCE_NAMES}
 
 
 def _by_index(block: Item) -> Any:

@@ -105,13 +105,17 @@ class AuditStore:
         writer_id: str | None = None,
         seqs: Sequence[int] | None = None,
         gaps: Sequence[Mapping[str, Any]] = (),
+        append: bool = False,
     ) -> int:
         """Inserts the records and their blocks, tool calls and violations, and ``gaps`` (rows
         of ``gaps``: ``seq``, ``seq_end``, ``first_at``, ``last_at``, ``dropped``, ``reason``,
         ``detail``), in one transaction; returns how many records were already stored.
 
         ``writer_id``/``seqs``: the journal's numbering of the records (``seqs[i]`` is
-        ``records[i]``'s), also the gaps' writer. Each record is linked to the conversation it
+        ``records[i]``'s), also the gaps' writer. ``append`` (with ``writer_id``, without
+        ``seqs`` or gaps): the records not stored yet are numbered here, in the given order,
+        after the writer's chain head, in the same transaction (``observer ingest``: a record
+        already stored takes no seq, so the writer's chain has no hole). Each record is linked to the conversation it
         continues (``observer.store.linking``) and, on SQLite, numbered in storing order and
         indexed for search (``observer.store.stored``, ``observer.store.search``). Bulk ``INSERT``s: one multi-row statement per
         table. A record whose id is already stored is skipped whole, as is a repeat of an id
@@ -122,7 +126,9 @@ class AuditStore:
         """
         portable = [make_portable(r) for r in records]
         exchanges, children = rows_from_records(portable)
-        if writer_id is not None and seqs is None and records:
+        if append and (writer_id is None or seqs is not None or gaps):
+            raise ValueError("append numbers the records of a writer: a writer_id, no seqs, no gaps")
+        if writer_id is not None and seqs is None and records and not append:
             raise ValueError("records of a writer need their seqs")
         chained = writer_id is not None  # (gaps always have a writer and seqs)
         numbering = dict(zip((r.id for r in records), seqs, strict=True)) if seqs is not None else {}
@@ -130,7 +136,7 @@ class AuditStore:
         for r in portable:
             by_id.setdefault(r.id, r)  # the first of a repeated id is the one stored
         for row in exchanges:
-            row["writer_id"] = writer_id if seqs is not None else None
+            row["writer_id"] = writer_id if seqs is not None or append else None
             row["seq"] = numbering.get(row["id"])
             row["record_hash"] = None
         ids = [r["id"] for r in exchanges]
@@ -150,6 +156,10 @@ class AuditStore:
                         children = {
                             t: [r for r in rows if r["exchange_id"] not in stored] for t, rows in children.items()
                         }
+                    if append and exchanges:
+                        head_seq, _head = self.chain_head(writer_id, session)  # type: ignore[arg-type]
+                        for n, row in enumerate(exchanges, head_seq + 1):
+                            row["seq"] = n
                     gap_rows = self._new_gaps(session, writer_id, gaps)
                     sqlite = self._engine.dialect.name == "sqlite"
                     # Each record's dict once, for the chain and PostgreSQL's search words.

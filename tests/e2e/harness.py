@@ -215,6 +215,12 @@ class ManagedProcess:
         self.cleanup()
 
 
+#: What the test upstreams need of the observer's proxy: they are LLM hosts on this machine's
+#: loopback (``observer_llm_hosts_extra``, ``observer_proxy_allow_loopback``). A test that
+#: checks the defaults overrides them.
+LAB_SETS = {"observer_llm_hosts_extra": "127.0.0.1,localhost", "observer_proxy_allow_loopback": "true"}
+
+
 class MitmdumpProcess(ManagedProcess):
     """``mitmdump -q -s <script>`` listening on 127.0.0.1 with its own confdir."""
 
@@ -261,6 +267,7 @@ class MitmdumpProcess(ManagedProcess):
         if Path(self.script).name == "llm_audit.py":  # its journal and key: this process's own
             sets.setdefault("observer_journal_dir", str(self.workdir / "journal"))
             sets.setdefault("observer_checkpoint_key", str(self.workdir / "checkpoint-key.pem"))
+            sets = LAB_SETS | sets
         for k, v in sets.items():
             argv += ["--set", f"{k}={v}"]
         return argv
@@ -291,7 +298,7 @@ class ObserverProcess(ManagedProcess):
     ):
         super().__init__(workdir)
         self.token = token
-        self.sets = {"ssl_insecure": "true", **(sets or {})}
+        self.sets = {"ssl_insecure": "true", **LAB_SETS, **(sets or {})}
         self.proxy_port = free_port()
         self.api_port = free_port()
         while self.api_port == self.proxy_port:

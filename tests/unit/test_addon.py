@@ -544,7 +544,7 @@ def test_an_upstream_error_that_echoes_a_redacted_credential_is_scrubbed():
     )
     with taddons.context(addon):
         f = llm_flow("application/json")
-        f.request.host = "gateway.example"
+        f.request.host = "api.openai.com"
         f.request.path = "/v1/chat/completions"
         f.request.content = b'{"model":"m","stream":true,"messages":[],"api_key":"sk-live-abc123"}'
         tap = open_stream(addon, f, status=422, content_type="application/json")
@@ -651,6 +651,7 @@ def test_credentials_echoed_in_an_error_body_are_not_stored(where, secret):
     addon = LLMAudit(sink=sink)
     with taddons.context(addon):
         f = llm_flow("application/json")
+        f.request.host = "api.openai.com"
         f.request.path = "/v1/chat/completions"
         f.request.content = b'{"model":"m","stream":true,"messages":[]}'
         if where == "query":
@@ -661,12 +662,19 @@ def test_credentials_echoed_in_an_error_body_are_not_stored(where, secret):
             f.request.content = b'{"model":"m","api_key":"' + secret.encode() + b'","metadata":' + b"[" * 1100
         echo = f'{{"detail":"bad request","input":{{"url":"{f.request.path}","auth":"{secret}"}}}}'.encode()
         tap = open_stream(addon, f, status=422, content_type="application/json")
-        tap(echo)
+        if where == "unparsed body":
+            assert tap is True  # streamed on, not read
+        else:
+            tap(echo)
         addon.response(f)
     (rec,) = sink.records
     assert rec.outcome == "http_error"
     assert secret not in (rec.response_body or "") and secret not in rec.path
-    assert "REDACTED" in rec.response_body
+    if where == "unparsed body":  # not JSON: not an LLM request, metadata only (neither body kept)
+        assert rec.response_body is None
+        assert [v.kind for v in rec.violations] == ["not_llm_request"]
+    else:
+        assert "REDACTED" in rec.response_body
 
 
 BUILT: list[int] = []
@@ -730,3 +738,223 @@ def test_fail_closed_refuses_llm_requests_while_recording_fails(tmp_path):
         assert h.response is None and addon.refused_requests == 1
         journal._full = False
         addon.done()
+
+
+# ----- issue 14: which traffic is recorded, which connections are intercepted or refused -----
+
+SURVEY = b'{"survey":"hr-2026","responses":[{"q":"How is your manager?","a":"Fine"}]}'
+
+
+def vendor_flow(host: str, path: str, body: bytes) -> http.HTTPFlow:
+    f = tflow.tflow()
+    f.request.method, f.request.host, f.request.port, f.request.path = "POST", host, 443, path
+    f.request.headers["content-type"] = "application/json"
+    f.request.content = body
+    return f
+
+
+@pytest.mark.parametrize(
+    ("host", "path", "body"),
+    [
+        ("intranet.corp.example", "/hr/survey/responses", SURVEY),
+        ("chat.corp.example", "/api/chat", b'{"channel":"devs","text":"lunch?"}'),
+        ("intranet.corp.example", "/v1/chat/completions", b'{"model":"m","messages":[]}'),
+    ],
+)
+def test_a_vendor_path_on_a_host_that_is_not_an_llm_host_is_not_recorded(host, path, body):
+    """Issue 14 item 8, trial finding: an HR survey posted to /hr/survey/responses was stored as
+    openai.responses. Off the LLM host list nothing is classified: both directions stream on."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = vendor_flow(host, path, body)
+        addon.requestheaders(f)
+        assert f.request.stream is True and METADATA_KEY not in f.metadata
+        addon.request(f)
+        respond(f, 200, "application/json")
+        addon.responseheaders(f)
+        assert f.response.stream is True
+        addon.response(f)
+    assert sink.records == []
+
+
+def test_the_draft_media_type_is_recorded_from_any_host():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = llm_flow()
+        f.request.host = "intranet.corp.example"
+        run_stream(addon, f, [BODY])
+        addon.response(f)
+    (rec,) = sink.records
+    assert (rec.dialect, rec.host, rec.outcome) == ("llm-stream-1.0", "intranet.corp.example", "completed")
+
+
+def test_a_near_miss_on_an_llm_host_is_metadata_only():
+    """An LLM host and path, not the dialect's request shape: the record says that it happened
+    (host, path, status, times) and why, and holds nothing of either body."""
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = vendor_flow("api.openai.com", "/v1/responses", SURVEY)
+        addon.requestheaders(f)
+        addon.request(f)
+        respond(f, 200, "application/json")
+        addon.responseheaders(f)
+        assert f.response.stream is True  # not read
+        addon.response(f)
+    (rec,) = sink.records
+    d = rec.to_dict()
+    assert (d["dialect"], d["host"], d["path"], d["status_code"]) == (
+        "openai.responses",
+        "api.openai.com",
+        "/v1/responses",
+        200,
+    )
+    assert d["outcome"] == "unreadable"
+    assert d["request"]["body_bytes"] == len(SURVEY)
+    assert (d["request"]["messages"], d["request"]["parameters"], d["request"]["model"]) == ([], {}, None)
+    assert (d["response_body"], d["text"], d["blocks"], d["response_bytes"]) == (None, "", [], 0)
+    assert d["violations"] == [
+        {"kind": "not_llm_request", "seq": None, "detail": "no model string; recorded as metadata only"}
+    ]
+    assert "hr-2026" not in json.dumps(d)
+
+
+def test_a_near_miss_answered_with_an_error_is_an_http_error():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon):
+        f = vendor_flow("api.anthropic.com", "/v1/messages", b'{"model":"claude"}')
+        addon.requestheaders(f)
+        addon.request(f)
+        respond(f, 400, "application/json")
+        addon.responseheaders(f)
+        addon.response(f)
+    (rec,) = sink.records
+    assert (rec.outcome, rec.status_code, [v.kind for v in rec.violations]) == ("http_error", 400, ["not_llm_request"])
+
+
+def test_an_operator_host_is_an_llm_host():
+    sink = Sink()
+    addon = LLMAudit(sink=sink)
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_llm_hosts_extra="*.corp.example")
+        f = vendor_flow("gw.corp.example", "/v1/chat/completions", b'{"model":"m","messages":[]}')
+        addon.requestheaders(f)
+        assert METADATA_KEY in f.metadata
+        tctx.configure(addon, observer_llm_hosts="api.openai.com", observer_llm_hosts_extra="")
+        g = vendor_flow("gw.corp.example", "/v1/chat/completions", b'{"model":"m","messages":[]}')
+        addon.requestheaders(g)
+        assert METADATA_KEY not in g.metadata
+        with pytest.raises(
+            exceptions.OptionsError, match="observer_llm_hosts_extra: 'http://x/' is not a host pattern"
+        ):
+            tctx.configure(addon, observer_llm_hosts_extra="http://x/")
+
+
+def hello(sni: str | None, address: tuple[str, int] | None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        context=SimpleNamespace(server=SimpleNamespace(address=address)),
+        client_hello=SimpleNamespace(sni=sni),
+        ignore_connection=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sni", "address", "intercepted"),
+    [
+        ("api.openai.com", ("api.openai.com", 443), True),
+        ("www.bank.example", ("www.bank.example", 443), False),
+        (None, ("www.bank.example", 443), False),
+        ("api.anthropic.com", ("160.79.104.10", 443), True),  # CONNECT to an address, SNI names the host
+        (None, ("myres.openai.azure.com", 443), True),
+        ("myres.openai.azure.com", None, True),  # (transparent mode: SNI only)
+        (None, None, False),
+    ],
+)
+def test_tls_to_a_host_that_is_not_an_llm_host_is_not_intercepted(sni, address, intercepted):
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon):
+        data = hello(sni, address)
+        addon.tls_clienthello(data)
+        assert data.ignore_connection is (not intercepted)
+
+
+def test_intercept_all_intercepts_every_host():
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_intercept="all")
+        data = hello("www.bank.example", ("www.bank.example", 443))
+        addon.tls_clienthello(data)
+        assert data.ignore_connection is False
+
+
+def connection(address: tuple[str, int], peer: tuple[str, int] | None = None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        server=SimpleNamespace(address=address, via=None, error=None, peername=peer, id=f"s-{address}"),
+        client=SimpleNamespace(peername=("192.0.2.7", 50000)),
+    )
+
+
+def test_the_proxy_refuses_loopback_metadata_and_its_own_database():
+    """Trial finding: ``CONNECT 127.0.0.1:5432`` through the proxy reached the audit database.
+    Refused by default; ``proxy_allow_loopback`` opens loopback, never the database."""
+    import asyncio
+
+    addon = LLMAudit(sink=Sink())
+
+    async def errors(*addresses: tuple[str, int]) -> list[str | None]:
+        out = []
+        for address in addresses:
+            data = connection(address)
+            await addon.server_connect(data)
+            out.append(data.server.error)
+        return out
+
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_db="postgresql+psycopg://u@127.0.0.1:5432/test")
+        db, other, meta, public = asyncio.run(
+            errors(("127.0.0.1", 5432), ("localhost", 40000), ("169.254.169.254", 80), ("192.0.2.1", 443))
+        )
+        assert "a port of the observer itself" in db
+        assert "a loopback address of the proxy's host" in other
+        assert "the cloud metadata service" in meta
+        assert public is None
+        tctx.configure(addon, observer_proxy_allow_loopback=True)
+        db, other, meta, public = asyncio.run(
+            errors(("127.0.0.1", 5432), ("localhost", 40000), ("169.254.169.254", 80), ("192.0.2.1", 443))
+        )
+        assert "a port of the observer itself" in db
+        assert (other, public) == (None, None)
+        assert "the cloud metadata service" in meta
+    assert addon.refused_connections == 5
+
+
+def test_a_name_that_rebinds_to_loopback_after_the_check_is_refused_when_connected():
+    """DNS rebinding: allowed when checked, loopback when connected. The connection is marked
+    failed (mitmproxy answers its requests with the error) and its flows are killed."""
+    import asyncio
+
+    addon = LLMAudit(sink=Sink())
+    with taddons.context(addon):
+        data = connection(("rebind.example", 443), peer=("127.0.0.1", 443))
+        data.server.address = ("192.0.2.1", 443)  # what the check saw
+        asyncio.run(addon.server_connect(data))
+        assert data.server.error is None
+        data.server.address = ("rebind.example", 443)
+        addon.server_connected(data)
+        assert "127.0.0.1" in data.server.error and "loopback" in data.server.error
+        f = llm_flow()
+        f.server_conn.id = data.server.id
+        addon.requestheaders(f)
+        assert f.error is not None and f.error.msg == "Connection killed."
+        addon.server_disconnected(data)
+        g = llm_flow()
+        g.server_conn.id = data.server.id
+        addon.requestheaders(g)
+        assert g.error is None

@@ -51,7 +51,7 @@ from observer.events import (
     ToolCallEvent,
     UsageEvent,
 )
-from observer.records import Violation
+from observer.records import RequestFacts, Violation
 from observer.response import ResponseSpec
 from observer.wire.frames import Framing, JSONFrame, SSEEvent
 from tests.wirefeed import observe
@@ -225,16 +225,12 @@ def test_anthropic_request_nested_base64_and_text_document():
 @pytest.mark.parametrize(
     ("body", "details"),
     [
-        (b"{nope", ["request body is not JSON"]),
-        (b"[1]", ["request body is not a JSON object"]),
-        (b"{}", ["missing required fields: model, messages, max_tokens"]),
+        (b'{"model": "m", "messages": []}', ["missing required fields: max_tokens"]),
         (
-            b'{"model": 5, "messages": {}, "max_tokens": 1, "stream": "yes", "tools": {}, "metadata": [], "system": 3}',
+            b'{"model": "m", "messages": [], "max_tokens": 1, "stream": "yes", "tools": {}, "metadata": [], "system": 3}',
             [
-                "model is not a string",
                 "stream is not a boolean",
                 "system is neither a string nor an array",
-                "messages is not an array",
                 "tools is not an array",
                 "metadata is not an object",
             ],
@@ -250,6 +246,23 @@ def test_anthropic_request_violations(body, details):
     assert {v.kind for v in violations} == {"invalid_request"}
     assert [v.detail.split(":")[0] if "JSON:" in v.detail else v.detail for v in violations] == details
     assert facts.body_bytes == len(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{nope", "the request body is not JSON"),
+        (b"[1]", "the request body is not a JSON object"),
+        (b"{}", "no messages array"),
+        (b'{"model": 5, "messages": [], "max_tokens": 1}', "no model string"),
+        (b'{"model": "m", "messages": {}, "max_tokens": 1}', "no messages array"),
+    ],
+)
+def test_an_anthropic_path_body_without_the_request_shape_is_not_llm_traffic(body, reason):
+    """Issue 14 item 8: metadata only (the body's size) and why."""
+    facts, violations = anthropic_request(body)
+    assert facts == RequestFacts(body_bytes=len(body))
+    assert [(v.kind, v.detail) for v in violations] == [("not_llm_request", f"{reason}; recorded as metadata only")]
 
 
 def test_anthropic_vertex_model_from_path_and_raw_predict_non_streaming():
@@ -455,13 +468,10 @@ def test_gemini_request_snake_case_and_nested_inline_data():
 @pytest.mark.parametrize(
     ("body", "details"),
     [
-        (b"[]", ["request body is not a JSON object"]),
-        (b"{}", ["missing required fields: contents"]),
         (
-            b'{"contents": {}, "tools": {}, "generationConfig": [], "labels": "x", "systemInstruction": "s"}',
+            b'{"contents": [], "tools": {}, "generationConfig": [], "labels": "x", "systemInstruction": "s"}',
             [
                 "systemInstruction is not an object",
-                "contents is not an array",
                 "tools is not an array",
                 "generationConfig is not an object",
                 "labels is not an object",
@@ -475,6 +485,20 @@ def test_gemini_request_violations(body, details):
     assert [v.kind for v in violations] == ["invalid_request"] * len(details)
     assert [v.detail for v in violations] == details
     assert (facts.model, facts.stream, facts.body_bytes) == ("gemini-2.5-flash", True, len(body))
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"[]", "the request body is not a JSON object"),
+        (b"{}", "no contents array"),
+        (b'{"contents": {}}', "no contents array"),
+    ],
+)
+def test_a_gemini_path_body_without_the_request_shape_is_not_llm_traffic(body, reason):
+    facts, violations = gemini_request(body)
+    assert facts == RequestFacts(body_bytes=len(body))
+    assert [(v.kind, v.detail) for v in violations] == [("not_llm_request", f"{reason}; recorded as metadata only")]
 
 
 def test_gemini_request_model_url_decoded_and_unary():

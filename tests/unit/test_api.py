@@ -51,12 +51,20 @@ def test_healthz_needs_no_token(client: TestClient) -> None:
 def test_readyz_says_whether_the_database_answers(client: TestClient) -> None:
     """Ready while the store answers; 503 "unreachable" when it does not (the proxy then keeps
     recording to its journal), without a token either way."""
-    assert client.get("/readyz").json() == {"status": "ready", "database": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready", "database": "ok", "proxies": {}}
     down = AuditStore("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
     with TestClient(create_app(down, TOKEN)) as c:
         response = c.get("/readyz")
     down.dispose()
-    assert (response.status_code, response.json()) == (503, {"status": "not_ready", "database": "unreachable"})
+    assert (response.status_code, response.json()) == (
+        503,
+        {
+            "error": {"code": "not_ready", "message": "the database does not answer"},
+            "status": "not_ready",
+            "database": "unreachable",
+            "proxies": {},
+        },
+    )
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "retention": ("GET", "/v1/retention", None),
     "purge": ("POST", "/v1/retention/purge", {"dry_run": True}),
     "access_log": ("GET", "/v1/access-log", None),
+    "alerts": ("GET", "/v1/alerts", None),
 }
 #: (method, route template) of every /v1 operation the table covers; the others are tested on
 #: their own below (they change state a second call would see: releasing a hold, a finished
@@ -69,7 +70,7 @@ COVERED = {
 COVERED = {(m, p.replace("/v1/conversations/{exchange_id}", "/v1/conversations/{conversation_id}")) for m, p in COVERED}
 OWN_TESTS = {("DELETE", "/v1/holds/{hold_id}"), ("GET", "/v1/exports/{job_id}/files/{name}")}
 CALLERS = ("viewer", "auditor", "responder", "admin", "bootstrap", "none", "revoked", "unknown")
-_READ = {"list": 200, "get": 200, "conversation": 200, "stats": 200}
+_READ = {"list": 200, "get": 200, "conversation": 200, "stats": 200, "alerts": 200}
 _AUDIT = {"incidents": 200, "incident": 200, "holds": 200, "exports": 200, "export": 200, "start_export": 202}
 _RESPOND = {"open_incident": 201, "change_incident": 200, "make_hold": 201}
 _ADMIN = {"retention": 200, "purge": 200}

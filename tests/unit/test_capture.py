@@ -300,6 +300,7 @@ def test_response_facts_are_the_records_response_side():
         )
     request_side = {
         "id",
+        "provenance",
         "dialect",
         "scheme",
         "host",

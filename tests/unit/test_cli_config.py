@@ -188,13 +188,32 @@ def test_run_refuses_a_bad_set_before_the_banner_and_the_api(tmp_path, option, m
     assert not list((tmp_path / "data").glob("*token*"))
 
 
-def test_db_upgrade_creates_the_folder_of_a_sqlite_file(tmp_path):
-    """Trial finding: ``observer run --data-dir D --db sqlite:///D/x.db`` with D not yet there
-    failed with "unable to open database file"."""
+def test_a_sqlite_file_in_a_folder_that_does_not_exist_is_an_error(tmp_path):
+    """Issue 14 item 9: a mistyped ``--db`` must not become a new, empty store somewhere."""
     db = tmp_path / "new" / "deeper" / "x.db"
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 2
+    assert f"the folder {db.parent} does not exist" in result.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_observer_run_makes_the_data_folder_of_a_sqlite_file_inside_it(tmp_path, monkeypatch):
+    """Trial finding: ``observer run --data-dir D --db sqlite:///D/x.db`` with D not yet there
+    failed with "unable to open database file". The data folder is the one observer run makes."""
+    import observer.runner
+
+    async def fake_run_proxy(settings, mitm_sets, start_api=None):
+        start_api()
+        return 0
+
+    monkeypatch.setattr(observer.runner, "run_proxy", fake_run_proxy)
+    monkeypatch.setattr(observer.runner, "start_api_process", lambda *a: None)
+    monkeypatch.setattr(observer.runner, "stop_process", lambda *a: None)
+    data = tmp_path / "data"
+    args = ["run", "--proxy-port", "0", "--api-port", "0", "--data-dir", str(data), "--db", f"sqlite:///{data}/x.db"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert db.exists()
+    assert (data / "x.db").exists()
 
 
 # ----- trial findings on the store commands: one line, exit 2, nothing made -----

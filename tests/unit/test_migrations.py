@@ -25,6 +25,7 @@ from observer.store.models import Base
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {
     "alembic_version",
+    "alerts",
     "exchanges",
     "exchange_blocks",
     "exchange_tool_calls",

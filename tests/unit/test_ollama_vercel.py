@@ -201,11 +201,7 @@ def test_ollama_generate_without_prompt_loads_the_model():
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        (b"", "request body is not JSON: *"),
-        (b"[1]", "request body is not a JSON object"),
-        (b'{"model":7,"messages":[]}', "model is not a string"),
         (b'{"model":"m","stream":"yes","messages":[]}', "stream is not a boolean"),
-        (b'{"model":"m","messages":{}}', "messages is not an array"),
         (b'{"model":"m","messages":["hi",{"content":"x"}]}', "2 message(s) without an object and role"),
         (b'{"model":"m","messages":[],"tools":{}}', "tools is not an array"),
         (b'{"model":"m","messages":[],"options":[]}', "options is not an object"),
@@ -216,6 +212,24 @@ def test_ollama_request_type_errors(body, detail):
     assert [v.kind for v in violations] == ["invalid_request"]
     assert violations[0].detail == detail or (detail.endswith("*") and violations[0].detail.startswith(detail[:-1]))
     assert facts.body_bytes == len(body)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "reason"),
+    [
+        ("/api/chat", b"", "the request body is not JSON"),
+        ("/api/chat", b"[1]", "the request body is not a JSON object"),
+        ("/api/chat", b'{"model":7,"messages":[]}', "no model string"),
+        ("/api/chat", b'{"model":"m","messages":{}}', "no messages array"),
+        ("/api/chat", b'{"channel":"team-devs","text":"lunch at 12?","user":"u1"}', "no model string"),
+        ("/api/generate", b'{"model":"m","prompt":["x"]}', "prompt is not a string"),
+    ],
+)
+def test_an_ollama_path_body_without_the_request_shape_is_not_llm_traffic(path, body, reason):
+    """Issue 14 item 8 (a team chat posted to /api/chat was stored as ollama): metadata only."""
+    facts, violations = OllamaDialect().parse_request(body, view(path))
+    assert facts == RequestFacts(body_bytes=len(body))
+    assert [(v.kind, v.detail) for v in violations] == [("not_llm_request", f"{reason}; recorded as metadata only")]
 
 
 def test_ollama_bad_stream_type_is_unknown():
@@ -513,7 +527,8 @@ def test_addon_records_an_ai_sdk_app_on_api_chat_as_vercel_ui():
         b'data: {"type":"start","messageId":"m-1"}\n\ndata: {"type":"text-delta","id":"a","delta":"Hi"}\n\n'
         b'data: {"type":"finish","finishReason":"stop"}\n\ndata: [DONE]\n\n'
     )
-    with taddons.context(addon):
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_llm_hosts_extra="app.example")  # the operator's AI SDK app
         f = tflow.tflow()
         f.request.method, f.request.host, f.request.path = "POST", "app.example", "/api/chat"
         f.request.headers["content-type"] = "application/json"

@@ -63,7 +63,7 @@ from observer.events import (
     UsageEvent,
 )
 from observer.limits import Limits
-from observer.records import Violation
+from observer.records import RequestFacts, Violation
 from observer.wire.frames import JSONFrame, SSEEvent
 from tests.wirefeed import observe
 
@@ -220,18 +220,15 @@ def test_chat_request_model_from_azure_deployment_path_only_when_body_has_none()
     assert facts.model == "m"
     facts, violations = CHAT.parse_request(body, view("/v1/chat/completions"))
     assert facts.model is None
-    assert [v.detail for v in violations] == ["missing required field: model"]
+    assert [(v.kind, v.detail) for v in violations] == [
+        ("not_llm_request", "no model string; recorded as metadata only")
+    ]
 
 
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        (b"{not json", "request body is not JSON"),
-        (b"[1]", "request body is not a JSON object"),
-        (b'{"model":"m","messages":{}}', "messages is not an array"),
-        (b'{"model":"m"}', "missing required field: messages"),
         (b'{"model":"m","messages":["x"]}', "1 message(s) without an object and role"),
-        (b'{"model":5,"messages":[]}', "model is not a string"),
         (b'{"model":"m","messages":[],"stream":"yes"}', "stream is not a boolean"),
         (b'{"model":"m","messages":[],"tools":{}}', "tools is not an array"),
         (b'{"model":"m","messages":[],"metadata":[]}', "metadata is not an object"),
@@ -242,6 +239,24 @@ def test_chat_request_problems_are_violations(body, detail):
     assert facts.body_bytes == len(body)
     assert [v.kind for v in violations] == ["invalid_request"]
     assert violations[0].detail.startswith(detail)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "the request body is not JSON"),
+        (b"[1]", "the request body is not a JSON object"),
+        (b'{"model":"m","messages":{}}', "no messages array"),
+        (b'{"model":"m"}', "no messages array"),
+        (b'{"model":5,"messages":[]}', "no model string"),
+        (b'{"survey_id":"q3","answers":[{"q":1,"a":"yes"}]}', "no messages array"),
+    ],
+)
+def test_a_chat_path_body_without_the_request_shape_is_not_llm_traffic(body, reason):
+    """Issue 14 item 8: only the body's size, and why: the record keeps metadata only."""
+    facts, violations = CHAT.parse_request(body, view("/v1/chat/completions"))
+    assert facts == RequestFacts(body_bytes=len(body))
+    assert [(v.kind, v.detail) for v in violations] == [("not_llm_request", f"{reason}; recorded as metadata only")]
 
 
 # -- responses request ----------------------------------------------------------------------------
@@ -292,8 +307,9 @@ def test_responses_request_items_tools_and_instructions():
 @pytest.mark.parametrize(
     ("body", "details"),
     [
-        (b'{"model":"m","input":5}', ["input is neither a string nor an array"]),
-        (b'{"input":"x"}', ["missing required field: model"]),
+        (b'{"model":"m","input":5}', ["input is neither a string nor an array; recorded as metadata only"]),
+        (b'{"input":"x"}', ["no model string; recorded as metadata only"]),
+        (b'{"survey":"hr-2026","responses":[{"q":"pay","a":"fair"}]}', ["no model string; recorded as metadata only"]),
         (b'{"prompt":{"id":"pmpt_1"}}', []),
         (b'{"model":"m","input":"x","tools":"t"}', ["tools is not an array"]),
     ],

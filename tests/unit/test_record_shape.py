@@ -51,6 +51,7 @@ RECORD_KEYS = [
     "transport_error",
     "response_bytes",
     "events",
+    "provenance",
 ]
 
 
@@ -118,6 +119,18 @@ def test_from_dict_needs_every_key_but_request_facts_take_defaults() -> None:
         Exchange.from_dict(d)
     a, b = RequestFacts.from_dict({}), RequestFacts.from_dict({"model": "m"})
     assert a == RequestFacts() and b.model == "m" and a.tool_names is not b.tool_names
+
+
+def test_a_record_of_an_older_version_without_provenance_is_read_as_observed_live() -> None:
+    """``provenance`` was added later (``ADDED``): a journal entry written before it has no such
+    key and is read with ``provenance`` None; any other missing key is still refused."""
+    d = sample().to_dict()
+    assert d["provenance"] is None
+    del d["provenance"]
+    assert Exchange.from_dict(d).provenance is None
+    del d["response_bytes"]
+    with pytest.raises(KeyError):
+        Exchange.from_dict(d)
 
 
 def test_from_dict_refuses_bad_values() -> None:

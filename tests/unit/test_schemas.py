@@ -19,12 +19,13 @@ from observer.api.schemas import (
     ErrorInfoOut,
     ExchangeOut,
     ExchangeSummary,
+    ProvenanceOut,
     RequestOut,
     ToolCallOut,
     UsageOut,
     ViolationOut,
 )
-from observer.records import Block, ErrorInfo, Exchange, RequestFacts, ToolCall, Usage, Violation
+from observer.records import Block, ErrorInfo, Exchange, Provenance, RequestFacts, ToolCall, Usage, Violation
 from observer.shape import Kind, Shaped, keys, shaped
 from observer.store.rows import SUMMARY_KEYS
 
@@ -36,6 +37,7 @@ SCHEMA_OF: dict[type[Shaped], type[BaseModel]] = {
     Usage: UsageOut,
     ErrorInfo: ErrorInfoOut,
     Violation: ViolationOut,
+    Provenance: ProvenanceOut,
 }
 
 

@@ -57,9 +57,16 @@ def sample(spec: SettingSpec) -> Any:
         return 200  # (under 183 it needs retention_override)
     if spec.kind is int:
         return (spec.ge or 0) + 3
+    if spec.name == "alerts_file":  # read at start: it must be a valid file
+        return Path(__file__).parent.parent / "fixtures" / "alerts" / "minimal.toml"
     if spec.kind is Path:
         return Path("sample") / spec.name
-    special = {"db": "sqlite:///sample.db", "dialect_registry": "tests.unit.test_settings:sample_registry"}
+    special = {
+        "db": "sqlite:///sample.db",
+        "dialect_registry": "tests.unit.test_settings:sample_registry",
+        "intercept": "all",
+        "protected_upstreams": "sample.example:5000",
+    }
     return special.get(spec.name, f"sample-{spec.name}")
 
 
@@ -128,9 +135,16 @@ def _run_capturing(monkeypatch, args: list[str]) -> tuple[Any, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS.values() if s.flag], ids=[n for n, s in SPECS.items() if s.flag])
-def test_each_setting_arrives_from_its_observer_run_flag(spec, monkeypatch):
+def test_each_setting_arrives_from_its_observer_run_flag(spec, monkeypatch, tmp_path):
     value = sample(spec)
     args = [spec.flag if value else f"--no-{spec.flag[2:]}"] if spec.kind is bool else [spec.flag, str(value)]
+    if spec.name in ("api_tls_cert", "api_tls_key"):  # they go together, and must be readable files
+        monkeypatch.chdir(tmp_path)
+        for name in ("api_tls_cert", "api_tls_key"):
+            sample(SPECS[name]).parent.mkdir(exist_ok=True)
+            sample(SPECS[name]).write_text("PEM")
+        other = "api_tls_key" if spec.name == "api_tls_cert" else "api_tls_cert"
+        args += [SPECS[other].flag, str(sample(SPECS[other]))]
     result, got = _run_capturing(monkeypatch, ["--no-migrate", *args] if spec.name != "migrate" else args)
     assert result.exit_code == 0, result.output
     assert getattr(got["settings"], spec.name) == value
@@ -173,7 +187,9 @@ def test_observer_run_applies_every_proxy_setting_to_its_proxy(tmp_path, monkeyp
         finally:
             await master.done()
 
-    expected = proxy_option_values(settings) | {"observer_migrate": False}
+    # (the API's own address is added to the upstreams the proxy refuses: capture.guard)
+    protected = f"sample.example:5000,127.0.0.1:{settings.api_port}"
+    expected = proxy_option_values(settings) | {"observer_migrate": False, "observer_protected_upstreams": protected}
     assert asyncio.run(options()) == expected
     assert expected["observer_max_event_bytes"] == sample(SPECS["max_event_bytes"])
 

@@ -574,7 +574,7 @@ def test_worker_records_are_scrubbed_of_redacted_credentials_too():
 
     async def scenario(addon: LLMAudit, sink: Sink) -> None:
         f = llm_flow("application/json")
-        f.request.host = "gateway.example"
+        f.request.host = "api.openai.com"
         f.request.path = "/v1/chat/completions"
         f.request.content = b'{"model":"m","stream":true,"messages":[],"api_key":"sk-live-abc123"}'
         tap = open_stream(addon, f, status=422, content_type="application/json")
@@ -653,6 +653,7 @@ def test_a_custom_registry_is_parsed_by_the_worker_too():
             addon.running()
             try:
                 f = llm_flow("application/json")
+                f.request.host = "api.openai.com"
                 f.request.path = "/v1/chat/completions"
                 f.request.content = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
                 tap = open_stream(addon, f)
