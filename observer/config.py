@@ -195,6 +195,20 @@ class Settings(BaseSettings):
         unit="path",
         proxy=True,
     )
+    otlp_endpoint: str | None = _setting(
+        None,
+        "OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces): each record is also sent as a span"
+        " with the gen_ai.* attributes (observer.otlp). Unset: no export.",
+        unit="URL",
+        proxy=True,
+    )
+    otlp_content: bool = _setting(
+        False,
+        "Put the prompt and the answer on the spans (gen_ai.input.messages, gen_ai.output.messages): only for a"
+        " collector trusted with them.",
+        unit="flag",
+        proxy=True,
+    )
     # ----- which traffic the proxy decrypts and records, where it may connect -----
     intercept: str = _setting(
         "llm_hosts",

@@ -56,6 +56,7 @@ from observer.response import ResponseSpec, StreamEnd
 
 if TYPE_CHECKING:
     from observer.journal.journal import Journal
+    from observer.otlp import SpanExport
     from observer.store.drain import Drainer
 
 log = logging.getLogger("observer.addon")
@@ -92,6 +93,7 @@ class LLMAudit:
         self._metrics_writer: SnapshotWriter | None = None
         self._final_pipeline: dict[str, float] | None = None
         self._alert_config: AlertConfig | None = None
+        self._otlp: SpanExport | None = None
         self._alerts: tuple[AlertEngine, AlertDispatcher] | None = None
         self._flows = FlowTable(sink=sink, observe=self._observe)
         self._custom_sink = sink is not None
@@ -253,6 +255,21 @@ class LLMAudit:
         self._start_worker()
         self._start_metrics()
         self._start_alerts()
+        self._start_otlp()
+
+    def _start_otlp(self) -> None:
+        """Sends each record as a span too (``observer.otlp``) when ``otlp_endpoint`` is set."""
+        endpoint = self._settings.otlp_endpoint
+        if endpoint is None or self._otlp is not None:
+            return
+        from observer.otlp import SpanExport
+
+        self._otlp = SpanExport(endpoint, content=self._settings.otlp_content)
+        log.info(
+            "observer: records also go to %s as spans%s",
+            endpoint,
+            " with content" if self._settings.otlp_content else "",
+        )
 
     def _start_alerts(self) -> None:
         """Starts the alert thread (``observer.alerting``) when an alerts file is set: alerts are
@@ -280,6 +297,8 @@ class LLMAudit:
         """Every finished record, before the sink, on the loop: counted in the metrics and put
         to the record rules (cheap; delivery is the alert thread's)."""
         self._metrics.observe(record)
+        if self._otlp is not None:
+            self._otlp.submit(record)
         alerts = self._alerts
         if alerts is not None:
             try:
@@ -392,6 +411,9 @@ class LLMAudit:
         alerts, self._alerts = self._alerts, None
         if alerts is not None:
             alerts[1].close(timeout_s=5.0)
+        otlp, self._otlp = self._otlp, None
+        if otlp is not None:
+            otlp.close(timeout_s=5.0)
         if self._journal is not None:
             self._stop_writer()
         if metrics is not None:
