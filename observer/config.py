@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -409,6 +410,12 @@ class Settings(BaseSettings):
         for name, path in (("api_tls_cert", cert), ("api_tls_key", key)):
             if not os.access(path, os.R_OK) or not path.is_file():
                 raise ConfigError(f"{name} {path} is not a readable file")
+        try:  # not PEM, or a key of another certificate: said at start, not by an API that dies at each restart
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"api_tls_cert {cert} and api_tls_key {key} are not a PEM certificate and its key ({exc.reason or exc})"
+            ) from None
         return cert, key
 
     @property

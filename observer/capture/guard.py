@@ -76,7 +76,7 @@ class UpstreamGuard:
             return "the observer's own database"
         own_host = local or address.is_loopback or address.is_unspecified
         if own_host and port in self.protected_ports:
-            return "a port of the observer itself"
+            return "a protected port of this host (the observer's own, or protected_upstreams)"
         if address in METADATA_ADDRESSES:
             return "the cloud metadata service"
         if any(address in net for net in _LINK_LOCAL):

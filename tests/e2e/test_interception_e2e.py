@@ -153,9 +153,9 @@ def test_the_proxy_refuses_its_own_api_and_database_and_by_default_loopback(
     db_port = make_url(pg_migrated_url).port or 5432
     with ObserverProcess(db_url=pg_migrated_url) as lab:
         api = connect_status(lab.proxy_port, f"127.0.0.1:{lab.api_port}")
-        assert api.startswith("HTTP/1.1 502") and "a port of the observer itself" in api
+        assert api.startswith("HTTP/1.1 502") and "a protected port of this host" in api
         db = connect_status(lab.proxy_port, f"localhost:{db_port}")
-        assert db.startswith("HTTP/1.1 502") and "a port of the observer itself" in db
+        assert db.startswith("HTTP/1.1 502") and "a protected port of this host" in db
         meta = connect_status(lab.proxy_port, "169.254.169.254:80")
         assert meta.startswith("HTTP/1.1 502") and "the cloud metadata service" in meta
         ok = connect_status(lab.proxy_port, f"127.0.0.1:{upstream.https_port}")
@@ -166,4 +166,4 @@ def test_the_proxy_refuses_its_own_api_and_database_and_by_default_loopback(
         assert up.startswith("HTTP/1.1 502") and "a loopback address of the proxy's host" in up
         with httpx.Client(proxy=strict.proxy_url, timeout=10) as client:
             r = client.get(f"http://127.0.0.1:{strict.api_port}/healthz")
-        assert r.status_code == 502 and "a port of the observer itself" in r.text
+        assert r.status_code == 502 and "a protected port of this host" in r.text

@@ -914,7 +914,7 @@ def test_the_proxy_refuses_loopback_metadata_and_its_own_database():
         db, other, meta, public = asyncio.run(
             errors(("127.0.0.1", 5432), ("localhost", 40000), ("169.254.169.254", 80), ("192.0.2.1", 443))
         )
-        assert "a port of the observer itself" in db
+        assert "a protected port of this host" in db
         assert "a loopback address of the proxy's host" in other
         assert "the cloud metadata service" in meta
         assert public is None
@@ -922,7 +922,7 @@ def test_the_proxy_refuses_loopback_metadata_and_its_own_database():
         db, other, meta, public = asyncio.run(
             errors(("127.0.0.1", 5432), ("localhost", 40000), ("169.254.169.254", 80), ("192.0.2.1", 443))
         )
-        assert "a port of the observer itself" in db
+        assert "a protected port of this host" in db
         assert (other, public) == (None, None)
         assert "the cloud metadata service" in meta
     assert addon.refused_connections == 5

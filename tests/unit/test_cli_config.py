@@ -302,3 +302,15 @@ def test_a_data_dir_made_by_the_run_is_the_owners_alone(tmp_path):
     theirs.chmod(0o750)
     _open_store(load_settings(data_dir=theirs, db=f"sqlite:///{tmp_path / 'b.db'}"))
     assert theirs.stat().st_mode & 0o777 == 0o750  # the operator's own choice is left alone
+
+
+def test_an_api_tls_pair_that_is_not_a_certificate_and_its_key_stops_the_run(tmp_path):
+    """Trial finding: ``--api-tls-cert /etc/hostname --api-tls-key /etc/hostname`` started the
+    proxy and an API that died at every restart. Now one line, exit 2, nothing started."""
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    args = ["--api-tls-cert", str(junk), "--api-tls-key", str(junk)]
+    result = _run(tmp_path, *args)
+    assert result.exit_code == 2
+    assert "are not a PEM certificate and its key" in result.output
+    assert not (tmp_path / "data" / "mitmproxy").exists()

@@ -139,10 +139,13 @@ def test_each_setting_arrives_from_its_observer_run_flag(spec, monkeypatch, tmp_
     value = sample(spec)
     args = [spec.flag if value else f"--no-{spec.flag[2:]}"] if spec.kind is bool else [spec.flag, str(value)]
     if spec.name in ("api_tls_cert", "api_tls_key"):  # they go together, and must be readable files
+        from tests.e2e.upstream import make_certs
+
+        _ca, cert, key = make_certs(str(tmp_path))  # a real certificate and its key
         monkeypatch.chdir(tmp_path)
-        for name in ("api_tls_cert", "api_tls_key"):
+        for name, made in (("api_tls_cert", cert), ("api_tls_key", key)):
             sample(SPECS[name]).parent.mkdir(exist_ok=True)
-            sample(SPECS[name]).write_text("PEM")
+            sample(SPECS[name]).write_bytes(Path(made).read_bytes())
         other = "api_tls_key" if spec.name == "api_tls_cert" else "api_tls_cert"
         args += [SPECS[other].flag, str(sample(SPECS[other]))]
     result, got = _run_capturing(monkeypatch, ["--no-migrate", *args] if spec.name != "migrate" else args)
