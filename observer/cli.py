@@ -1,5 +1,6 @@
 """The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``, ``verify``,
-``checkpoint export``, ``export`` (and ``export verify``, offline), ``ingest`` (saved captures).
+``checkpoint export``, ``export`` (and ``export verify``, offline), ``ingest`` (saved captures),
+``config`` (the settings checked and shown, a dry run).
 
 Every command that touches the store takes ``--db URL`` (default: the config file or env
 ``OBSERVER_DB``, else ``sqlite:///observer.db``). ``run`` takes every setting of
@@ -29,6 +30,7 @@ from observer.config import (
     PROXY_SPECS,
     SPECS,
     Settings,
+    config_file,
     did_you_mean,
     load_settings,
     option_setting,
@@ -116,20 +118,12 @@ def run(
 
     from_sets, given_as, mitm_sets = _split_sets(set_ or [], flags)
     settings = _settings(given_as, **(flags | from_sets))
-    try:
-        load_registry(settings.dialect_registry)  # before the store, the CA or the proxy: nothing started yet
-    except (ImportError, AttributeError, ValueError, TypeError) as exc:
-        _fail(f"invalid settings: dialect_registry {settings.dialect_registry!r}: {type(exc).__name__}: {exc}")
+    _check_settings(settings)  # before the store, the CA or the proxy: nothing started yet
     try:
         check_port_free(settings.proxy_host, settings.proxy_port, "--proxy-port")
         check_port_free(settings.api_host, settings.api_port, "--api-port")
     except ObserverError as exc:
         _fail(str(exc))
-    _check_url(settings.db, creatable=settings.data_dir)  # an unusable URL stops the run before anything is made
-    try:
-        settings.api_tls_files()  # both or neither, readable
-    except ObserverError as exc:
-        _fail(f"invalid settings: {exc}")
     new_data_dir = not settings.data_dir.exists()
     started: list[subprocess.Popen] = []
 
@@ -160,6 +154,73 @@ def run(
         for proc in started:
             stop_process(proc)
     raise typer.Exit(code)
+
+
+def _check_settings(settings: Settings) -> None:
+    """What ``observer run`` checks of its settings before it makes or starts anything (exit 2,
+    one line, for the first problem): the dialect registry imports, the store URL parses and its
+    driver is installed (a SQLite file's folder exists, or is the data folder), the API's TLS
+    certificate and key are a readable PEM pair or both unset, and the alerts file reads and
+    checks (``load_alert_config``). Nothing is connected, made or written."""
+    from observer.alerting.rules import load_alert_config
+
+    try:
+        load_registry(settings.dialect_registry)
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
+        _fail(f"invalid settings: dialect_registry {settings.dialect_registry!r}: {type(exc).__name__}: {exc}")
+    _check_url(settings.db, creatable=settings.data_dir)
+    try:
+        settings.api_tls_files()
+        if settings.alerts_file is not None:
+            load_alert_config(settings.alerts_file)
+    except (ObserverError, ConfigError) as exc:
+        _fail(f"invalid settings: {exc}")
+
+
+@app.command("config")
+@_with_setting_flags
+def config_check(*, flags: dict[str, Any]) -> None:
+    """Check the settings as ``observer run`` would, and print them, changing nothing.
+
+    Reads every source (flags > ``OBSERVER_<NAME>`` > ``observer.toml`` > defaults) and runs
+    ``observer run``'s checks before start (``_check_settings``); does not bind ports or connect
+    to the store. Prints one line per setting, ``name = value  # source`` (source: the flag,
+    the variable, the file or ``default``), secrets as ``<set>`` / ``<unset>`` and the store
+    URL without its password. Exit 0, or 2 with one line naming the first problem: a dry run
+    for a deployment's environment (a unit's EnvironmentFile, a ConfigMap, a compose file)."""
+    import os
+
+    given = {name: value for name, value in flags.items() if value is not None}
+    settings = _settings(None, **flags)
+    _check_settings(settings)
+    for name, spec in SPECS.items():
+        value = getattr(settings, name)
+        if spec.secret:
+            shown = "<set>" if value else "<unset>"
+        elif name == "db":
+            shown = _safe(str(value))
+        else:
+            shown = _show(value)
+        if name in given:
+            source = spec.flag or name
+        elif any(k.upper() == spec.env for k in os.environ):
+            source = spec.env
+        elif name in settings.model_fields_set:
+            source = f"{config_file()}"
+        else:
+            source = "default"
+        typer.echo(f"{name} = {shown}  # {source}")
+
+
+def _show(value: Any) -> str:
+    """A setting's value as one line: lists joined with commas, paths and others as text."""
+    if value is None:
+        return "<unset>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 def _split_sets(sets: list[str], flags: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], list[str]]:

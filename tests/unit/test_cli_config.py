@@ -314,3 +314,55 @@ def test_an_api_tls_pair_that_is_not_a_certificate_and_its_key_stops_the_run(tmp
     assert result.exit_code == 2
     assert "are not a PEM certificate and its key" in result.output
     assert not (tmp_path / "data" / "mitmproxy").exists()
+
+
+def test_a_bad_alerts_file_stops_the_run_before_anything_is_made(tmp_path):
+    """Trial finding: a bad ``--alerts-file`` was reported as "invalid --set option:
+    observer_alerts_file ..." after the CA folder had been made. Now ``observer run`` names the
+    file's problem as a setting's and makes nothing."""
+    bad = tmp_path / "alerts.toml"
+    bad.write_text('[[rule]]\nname = "x"\nwhen = "no_such_condition"\n')
+    result = _run(tmp_path, "--alerts-file", str(bad))
+    assert result.exit_code == 2
+    assert result.output.startswith("observer: invalid settings: ")
+    assert "rule.0.when: Input should be" in result.output and "--set" not in result.output
+    assert not (tmp_path / "data").exists()
+
+
+def test_observer_config_prints_each_setting_with_its_source(monkeypatch, tmp_path):
+    """The dry run: every setting once, ``name = value  # source``; secrets never shown, the
+    store URL without its password; nothing made (no data folder, no store file)."""
+    (tmp_path / "observer.toml").write_text("api_port = 9001\n")
+    monkeypatch.setenv("OBSERVER_LLM_HOSTS_EXTRA", "llm.corp.example,10.0.0.5:8000")
+    monkeypatch.setenv("OBSERVER_API_TOKEN", "s3cret-token-value")
+    monkeypatch.setenv("OBSERVER_DB", "postgresql+psycopg://observer:hunter2@db.example/audit")
+    result = CliRunner().invoke(app, ["config", "--retention-days", "200", "--data-dir", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(" = ", 1) for line in result.output.splitlines())
+    assert lines["api_port"] == "9001  # observer.toml"
+    assert lines["retention_days"] == "200  # --retention-days"
+    assert lines["llm_hosts_extra"] == "llm.corp.example,10.0.0.5:8000  # OBSERVER_LLM_HOSTS_EXTRA"
+    assert lines["api_token"] == "<set>  # OBSERVER_API_TOKEN"
+    assert lines["db"] == "postgresql+psycopg://observer:***@db.example/audit  # OBSERVER_DB"
+    assert lines["proxy_port"] == "8080  # default"
+    assert lines["alerts_file"] == "<unset>  # default"
+    assert "s3cret" not in result.output and "hunter2" not in result.output
+    assert not (tmp_path / "d").exists() and not list(tmp_path.glob("*.db"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--alerts-file", "missing.toml"], "invalid settings: cannot read the alerts file missing.toml"),
+        (["--db", "sqlite:///nowhere/x.db"], "the folder nowhere does not exist"),
+        (["--db", "mysql+nodriver://x/y"], "cannot open the audit store"),
+        (["--dialect-registry", "no.such.module:reg"], "invalid settings: dialect_registry"),
+        (["--api-tls-cert", "cert.pem"], "invalid settings: "),
+        (["--retention-days", "30"], "under the 183 (six months)"),
+    ],
+)
+def test_observer_config_refuses_what_observer_run_refuses(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["config", *args])
+    assert result.exit_code == 2
+    assert message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
