@@ -212,11 +212,28 @@ class AlertDispatcher:
             self._finish(task.alert, hook.name, f"failed: HTTP {status}")
 
     def _retry(self, task: _Task, now: float, why: str, *, what: str) -> None:
-        if task.attempt >= self._max_attempts or self._stop.is_set():
+        if task.attempt >= self._max_attempts:
             log.error("observer: alert %s: %s failed after %d attempts (%s)", task.alert.rule, what, task.attempt, why)
             if task.hook is not None:
                 self.failed += 1
                 self._finish(task.alert, task.hook.name, f"failed: {why} after {task.attempt} attempts")
+            return
+        if (
+            self._stop.is_set()
+        ):  # cut off by the shutdown, not given up on (trial finding: said "failed after 6 attempts")
+            log.error(
+                "observer: alert %s: %s not done at shutdown, after %d of %d attempts (last: %s)",
+                task.alert.rule,
+                what,
+                task.attempt,
+                self._max_attempts,
+                why,
+            )
+            if task.hook is not None:
+                self.failed += 1
+                self._finish(
+                    task.alert, task.hook.name, f"not delivered: stopped after {task.attempt} attempts ({why})"
+                )
             return
         wait = self._backoff_s[min(task.attempt - 1, len(self._backoff_s) - 1)]
         self._schedule(_Task(now + wait, next(self._order), task.alert, task.hook, task.attempt + 1))

@@ -114,6 +114,7 @@ class LLMAudit:
         self._guard_lock: asyncio.Lock | None = None
         self._listen_ports: frozenset[int] = frozenset()
         self._refused_servers: dict[str, str] = {}  # server connection id -> why (found after connecting)
+        self._connect_allowed: dict[str, tuple[str, int]] = {}  # client connection id -> CONNECT target checked
         self.refused_connections = 0
         self._options_error: str | None = None  # a deferred ``--set observer_*`` that did not parse
         self._deferred: dict[FlowState, tuple] = {}  # ``response`` finishing soon: state -> (handle, end, status)
@@ -475,16 +476,41 @@ class LLMAudit:
         if server.address is None or server.via is not None:  # (an upstream proxy is the next hop's to police)
             return
         host, port = str(server.address[0]), int(server.address[1])
-        try:
-            guard = await self._upstream_guard()
-            dest = await asyncio.get_running_loop().run_in_executor(None, resolve, host, port)
-            why = guard.refusal(dest)
-        except Exception:
-            self._hook_failed("server_connect")
-            why = f"the audit proxy could not check {host}:{port} (observer error, logged)"
+        if self._connect_allowed.pop(data.client.id, None) == (host, port):
+            return  # http_connect has just checked this CONNECT's target (server_connected still checks the peer)
+        why = await self._refusal(host, port, "server_connect")
         if why is not None:
             server.error = why
             self._refused(why, data.client.peername)
+
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        """A ``CONNECT`` to an upstream the guard does not allow is answered ``403`` with the
+        reason (text/plain) before any connection is made: a refusal by policy, not a failed
+        upstream (refused in ``server_connect`` instead, mitmproxy's 502 for an eager CONNECT
+        also advised setting ``connection_strategy``: trial finding). An allowed target is
+        remembered for the ``server_connect`` that follows, so it is resolved once."""
+        if flow.client_conn.proxy_mode.type_name == "upstream":  # the next hop's to police, as in server_connect
+            return
+        host, port = flow.request.host, flow.request.port
+        why = await self._refusal(host, port, "http_connect")
+        if why is None:
+            self._connect_allowed[flow.client_conn.id] = (host, port)
+            return
+        body = f"The audit proxy refuses to connect to {host}:{port}: {why}.\n".encode()
+        flow.response = http.Response.make(403, body, {"content-type": "text/plain; charset=utf-8"})
+        self._refused(why, flow.client_conn.peername)
+
+    async def _refusal(self, host: str, port: int, hook: str) -> str | None:
+        """Why the guard refuses ``host:port`` (``None``: allowed); the name resolved off the
+        event loop, every address it gives checked. A failure of the check refuses (an access
+        control fails closed), logged as an observer error of ``hook``."""
+        try:
+            guard = await self._upstream_guard()
+            dest = await asyncio.get_running_loop().run_in_executor(None, resolve, host, port)
+            return guard.refusal(dest)
+        except Exception:
+            self._hook_failed(hook)
+            return f"the audit proxy could not check {host}:{port} (observer error, logged)"
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
         """Checks the address actually connected (``peername``): a name that resolved to an
@@ -687,6 +713,7 @@ class LLMAudit:
         ``response``/``error`` hook (e.g. HTTP/2 streams reset before their request was
         complete): recorded as ``client_aborted`` instead of lingering until shutdown (trial
         finding: 20k resets leaked state and surfaced as phantom ``interrupted`` records)."""
+        self._connect_allowed.pop(client.id, None)
         states = self._flows.of_client(client.id)
         if states:
             end = StreamEnd(EndCause.CLIENT_ABORTED, time.time(), transport_error="client disconnected")

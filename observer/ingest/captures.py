@@ -118,7 +118,20 @@ def open_capture(path: str | Path) -> Capture:
         kind = DUMP
     else:
         raise NotACapture(f"{given}: not a mitmproxy flow dump or HAR file (it begins {head[:16]!r})")
-    return Capture(given.resolve(), digest.hexdigest(), kind, size)
+    capture = Capture(given.resolve(), digest.hexdigest(), kind, size)
+    _probe(capture)
+    return capture
+
+
+def _probe(capture: Capture) -> None:
+    """Raises ``NotACapture`` now for a file whose first bytes looked right but which is not a
+    capture (JSON without ``log.entries``, a dump whose first flow does not read), so that
+    ``observer ingest`` refuses it before it makes or migrates a store (trial finding). A HAR
+    file is parsed here and again when read; a dump only to its first flow."""
+    if capture.file_format == HAR:
+        next(_har_flows(capture.path), None)
+    else:
+        next(_dump_flows(capture.path), None)
 
 
 def read_flows(capture: Capture) -> Iterator[SavedFlow]:

@@ -5,6 +5,7 @@ retries with backoff, no retry of a 4xx), each alert stored with its deliveries.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -273,6 +274,35 @@ def test_an_unreachable_webhook_gives_up_after_its_attempts(store: AuditStore):
         dispatcher.close()
     (row,) = alert_rows.list_alerts(store.engine)
     assert row["deliveries"] == {"down": "failed: ConnectError after 3 attempts"}
+
+
+def test_a_delivery_cut_off_by_the_shutdown_says_so(store: AuditStore, caplog):
+    """Trial finding: a webhook still being retried when the proxy stopped was logged and stored
+    as "failed after 6 attempts", as if given up on; it was cut off after 1 of 8."""
+    cfg = config(
+        {"name": "f", "when": "content_filter"},
+        hooks=({"name": "down", "url": "http://127.0.0.1:9/x", "timeout_s": 0.5},),
+    )
+    engine = AlertEngine(cfg, "p")
+    store_fns = (
+        lambda row: alert_rows.add_alert(store.engine, row),
+        lambda i, d: alert_rows.set_deliveries(store.engine, i, d),
+    )
+    dispatcher = AlertDispatcher(cfg, engine, lambda: {}, store_fns, backoff_s=(60.0,), max_attempts=8, tick_s=0.05)
+    dispatcher.start()
+    try:
+        dispatcher.submit(engine.on_record(record(stop_reason="content_filter"), time.time()))
+        until(
+            lambda: alert_rows.list_alerts(store.engine)
+        )  # stored; the webhook's first attempt failed or is under way
+    finally:
+        dispatcher.close()
+    (row,) = alert_rows.list_alerts(store.engine)
+    # 1 or 2 attempts: the close may come before the first attempt has failed, or after it (then
+    # the retry due in 60 s is made at once, as the last attempt of the shutdown)
+    assert re.fullmatch(r"not delivered: stopped after [12] attempts \(ConnectError\)", row["deliveries"]["down"])
+    assert re.search(r"not done at shutdown, after [12] of 8 attempts \(last: ConnectError\)", caplog.text)
+    assert "failed after" not in caplog.text
 
 
 def test_a_store_that_refuses_first_still_gets_the_alert_and_the_webhook_is_not_held_back(receiver):

@@ -347,6 +347,7 @@ def test_a_file_that_is_no_capture_is_one_line_and_exit_2(tmp_path: Path, conten
     assert result.exit_code == 2, result.output
     assert said in result.output
     assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "ingest.db").exists()  # trial finding: the store was made (and migrated) first
 
 
 def test_every_file_is_checked_before_anything_is_stored(tmp_path: Path) -> None:
