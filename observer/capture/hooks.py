@@ -496,7 +496,7 @@ class LLMAudit:
         if why is None:
             self._connect_allowed[flow.client_conn.id] = (host, port)
             return
-        body = f"The audit proxy refuses to connect to {host}:{port}: {why}.\n".encode()
+        body = f"{why[:1].upper()}{why[1:]}.\n".encode()  # "The audit proxy does not connect to H:P: <reason>."
         flow.response = http.Response.make(403, body, {"content-type": "text/plain; charset=utf-8"})
         self._refused(why, flow.client_conn.peername)
 

@@ -890,7 +890,7 @@ def connection(address: tuple[str, int], peer: tuple[str, int] | None = None):
 
     return SimpleNamespace(
         server=SimpleNamespace(address=address, via=None, error=None, peername=peer, id=f"s-{address}"),
-        client=SimpleNamespace(peername=("192.0.2.7", 50000)),
+        client=SimpleNamespace(peername=("192.0.2.7", 50000), id=f"c-{address}"),
     )
 
 
@@ -926,6 +926,38 @@ def test_the_proxy_refuses_loopback_metadata_and_its_own_database():
         assert (other, public) == (None, None)
         assert "the cloud metadata service" in meta
     assert addon.refused_connections == 5
+
+
+def test_a_refused_connect_is_answered_403_before_any_connection():
+    """``http_connect``: the refusal is the proxy's answer to the CONNECT (403, the reason as
+    text), so mitmproxy never tries the upstream; an allowed target is checked once, not again
+    by the ``server_connect`` of the same client connection."""
+    import asyncio
+
+    addon = LLMAudit(sink=Sink())
+
+    def connect(host: str, port: int):
+        flow = tflow.tflow()
+        flow.request.method, flow.request.host, flow.request.port = "CONNECT", host, port
+        asyncio.run(addon.http_connect(flow))
+        return flow
+
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_db="postgresql+psycopg://u@127.0.0.1:5432/test")
+        refused = connect("127.0.0.1", 5432)
+        assert refused.response.status_code == 403
+        assert refused.response.headers["content-type"] == "text/plain; charset=utf-8"
+        assert refused.response.text == (
+            "The audit proxy does not connect to 127.0.0.1:5432: a protected port of this host"
+            " (the observer's own, or protected_upstreams).\n"
+        )
+        allowed = connect("192.0.2.1", 443)
+        assert allowed.response is None
+        data = connection(("192.0.2.1", 443))
+        data.client.id = allowed.client_conn.id
+        asyncio.run(addon.server_connect(data))
+        assert data.server.error is None and addon._connect_allowed == {}
+    assert addon.refused_connections == 1
 
 
 def test_a_name_that_rebinds_to_loopback_after_the_check_is_refused_when_connected():
