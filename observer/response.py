@@ -132,15 +132,24 @@ def no_response_facts(end: StreamEnd, request_id: str | None) -> ResponseFacts:
     return facts
 
 
-def unread_facts(end: StreamEnd, status_code: int | None, request_id: str | None) -> ResponseFacts:
+def unread_facts(
+    end: StreamEnd, status_code: int | None, request_id: str | None, response_bytes: int = 0
+) -> ResponseFacts:
     """The facts of an exchange whose response the observer did not read: a request on an LLM
     host that is not LLM traffic (``not_llm_request``, metadata only). Without a response (no
     status), as ``no_response_facts``; a client abort ``client_aborted``, a shutdown
     ``interrupted``; else ``http_error`` for a non-2xx status and ``unreadable`` for a 2xx one
-    (what it said is not known, by design)."""
+    (what it said is not known, by design). ``response_bytes``: the body's size as received."""
     if status_code is None or end.cause in (EndCause.CLIENT_ABORTED, EndCause.SHUTDOWN):
-        return no_response_facts(end, request_id)
-    facts = ResponseFacts(ended_at=utc_from_epoch(end.at_s), transport_error=end.transport_error, request_id=request_id)
+        facts = no_response_facts(end, request_id)
+        facts.response_bytes = response_bytes
+        return facts
+    facts = ResponseFacts(
+        ended_at=utc_from_epoch(end.at_s),
+        transport_error=end.transport_error,
+        request_id=request_id,
+        response_bytes=response_bytes,
+    )
     facts.outcome = Outcome.UNREADABLE if 200 <= status_code < 300 else Outcome.HTTP_ERROR
     return facts
 

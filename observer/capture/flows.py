@@ -29,7 +29,8 @@ class FlowState:
     request-side ``violations``, and the credential values redacted from the request body
     (``secrets``) and those of its URL query and headers (``envelope_secrets``): in memory only,
     to scrub echoes of them from the record. ``metadata_only``: the request is not the dialect's
-    (``not_llm_request``): neither body is kept, the response is not read."""
+    (``not_llm_request``): neither body is kept, the response is not read, only its bytes
+    counted (``unread_bytes``, by ``count_unread`` as mitmproxy's stream callable)."""
 
     dialect: Dialect
     exchange: Exchange
@@ -44,6 +45,13 @@ class FlowState:
     violations: list[Violation] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     envelope_secrets: list[str] = field(default_factory=list)
+    unread_bytes: int = 0
+
+    def count_unread(self, chunk: bytes) -> bytes:
+        """``flow.response.stream`` of a metadata-only exchange: the chunk passed on unchanged,
+        its size counted (bytes as received, content-encoded)."""
+        self.unread_bytes += len(chunk)
+        return chunk
 
     def take(self, read: RequestRead) -> None:
         """Puts what reading the request body gave into the record: its facts and the values
@@ -141,7 +149,7 @@ class FlowTable:
                 state.exchange.status_code = status
             request_id = state.exchange.request.request_id
             if state.metadata_only:
-                self._record(state, unread_facts(end, state.exchange.status_code, request_id))
+                self._record(state, unread_facts(end, state.exchange.status_code, request_id, state.unread_bytes))
             else:
                 self._record(state, no_response_facts(end, request_id))
         except Exception as exc:  # noqa: BLE001 - never out of a hook; the record is still made

@@ -633,9 +633,9 @@ class LLMAudit:
             flow.response.stream = True  # not ours: stream through, never buffer
             return
         self._read_request(flow, state)
-        if state.metadata_only:  # not LLM traffic after all: its response is not read
+        if state.metadata_only:  # not LLM traffic after all: its response is not read, only counted
             state.exchange.status_code = flow.response.status_code
-            flow.response.stream = True
+            flow.response.stream = state.count_unread
             return
         try:
             resp = flow.response
