@@ -22,7 +22,8 @@ Formats (``FORMATS``):
   (a header row, CRLF, fields quoted where needed: what the ``csv`` module writes and reads,
   ``csv_line``), UTF-8. One flat row per
   record: the summary's scalars, the text, and the nested parts (``request``, ``blocks``,
-  ``tool_calls``, ``violations``, ``error``) as JSON text. An empty cell is ``null`` (or an empty
+  ``tool_calls``, ``violations``, ``error``, ``provenance``: where an offline-ingested record
+  came from, ``null`` for one observed live) as JSON text. An empty cell is ``null`` (or an empty
   string: CSV cannot tell them apart; the JSON cells can), booleans ``true``/``false``. Tabular
   formats get one schema per file, hence the separate gaps file.
 - ``parquet`` (needs ``pyarrow``: the ``parquet`` extra): ``exchanges.parquet`` and
@@ -90,9 +91,12 @@ RECORD_COLUMNS = (
     "blocks",
     "tool_calls",
     "violations",
+    "provenance",
 )
-#: The record columns holding JSON text.
-JSON_COLUMNS = ("error", "request", "blocks", "tool_calls", "violations")
+#: The record columns of exports in format v1 (before ``provenance``), still verifiable.
+RECORD_COLUMNS_V1 = RECORD_COLUMNS[:-1]
+#: The record columns holding JSON text (``provenance``: ``null`` for a record observed live).
+JSON_COLUMNS = ("error", "request", "blocks", "tool_calls", "violations", "provenance")
 #: Parquet columns written without min/max statistics (long text).
 UNSTATED_COLUMNS = ("text", "response_body", "transport_error", *JSON_COLUMNS)
 #: Arrow bytes of pages gathered into one Parquet row group.
@@ -302,6 +306,7 @@ def record_row(item: dict[str, Any]) -> list[Any]:
         dumps(item["blocks"]).decode(),
         dumps(item["tool_calls"]).decode(),
         dumps(item["violations"]).decode(),
+        dumps(item.get("provenance")).decode(),
     ]
 
 
@@ -481,6 +486,7 @@ __all__ = [
     "GAP_COLUMNS",
     "JSON_COLUMNS",
     "RECORD_COLUMNS",
+    "RECORD_COLUMNS_V1",
     "CsvWriter",
     "FileEntry",
     "csv_field",

@@ -3,7 +3,8 @@ offline check (``verify_export``): no database, no SQLAlchemy (a test checks tha
 
 ``manifest.json`` (written by ``observer.store.export``; UTF-8 JSON, two-space indent)::
 
-    {"format": "llm-stream-observer export v1", "created_at": RFC 3339 UTC, "store_id": ...,
+    {"format": "llm-stream-observer export v2" (v1: before CSV and Parquet had the
+     ``provenance`` column; still verified), "created_at": RFC 3339 UTC, "store_id": ...,
      "file_format": "jsonl" | "csv" | "parquet",
      "filters": {"since", "until" (RFC 3339 or null), "model", "host", "user", "dialect",
                  "outcome", "writer" (lists: empty = any)},
@@ -62,9 +63,12 @@ from observer.store.chain import (
     purges_not_matching_runs,
 )
 from observer.store.checkpoint import CheckpointKey, check_checkpoint, key_id, load_public_key
-from observer.store.exportfiles import GAP_COLUMNS, RECORD_COLUMNS, parquet_available
+from observer.store.exportfiles import GAP_COLUMNS, RECORD_COLUMNS, RECORD_COLUMNS_V1, parquet_available
 
-FORMAT = "llm-stream-observer export v1"
+#: The format of the exports made now: v2 added the ``provenance`` column to CSV and Parquet.
+FORMAT = "llm-stream-observer export v2"
+#: The formats ``verify_export`` reads, with their record columns (CSV, Parquet).
+READABLE = {FORMAT: RECORD_COLUMNS, "llm-stream-observer export v1": RECORD_COLUMNS_V1}
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 #: A listed file this much bigger than the manifest says is refused without reading it.
@@ -149,8 +153,8 @@ def verify_export(
         return check
     try:
         manifest = loads(data)
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise ValueError(f"not a manifest of {FORMAT!r}")
+        if not isinstance(manifest, dict) or manifest.get("format") not in READABLE:
+            raise ValueError(f"not a manifest of {' or '.join(map(repr, READABLE))}")
     except ValueError as exc:
         check.problems.append(f"{MANIFEST}: unreadable ({exc})")
         return check
@@ -165,7 +169,8 @@ def verify_export(
             total(sum(int(f["bytes"]) for f in files))
         counted = {"records": 0, "gaps": 0}
         for entry in files:
-            _check_file(directory, entry, manifest["file_format"], writers, counted, check, progress)
+            columns = READABLE[manifest["format"]] if entry["holds"] == "exchanges" else GAP_COLUMNS
+            _check_file(directory, entry, manifest["file_format"], columns, writers, counted, check, progress)
         _check_counts(manifest, writers, counted, check)
     except (KeyError, TypeError, ValueError, _Malformed) as exc:
         check.problems.append(f"{MANIFEST}: malformed ({type(exc).__name__}: {exc})")
@@ -352,6 +357,7 @@ def _check_file(
     directory: Path,
     entry: dict[str, Any],
     file_format: str,
+    columns: Sequence[str],
     writers: dict[str, _Chain],
     counted: dict[str, int],
     check: ExportCheck,
@@ -381,11 +387,11 @@ def _check_file(
         if file_format == "jsonl":
             rows = _jsonl(name, chunks, writers, counted, check, problems)
         elif file_format == "csv":
-            rows = _csv(name, chunks, entry["holds"], problems)
+            rows = _csv(name, chunks, entry["holds"], columns, problems)
         elif file_format == "parquet":
             for _ in chunks:
                 pass
-            rows = _parquet_rows(directory / name, entry["holds"], check, problems)
+            rows = _parquet_rows(directory / name, entry["holds"], columns, check, problems)
         else:
             raise _Malformed(f"file_format {file_format!r}")
         size = f.tell()
@@ -502,8 +508,8 @@ def _link(item: dict[str, Any], writers: dict[str, _Chain], check: ExportCheck) 
     return None
 
 
-def _csv(name: str, chunks: Iterator[bytes], holds: str, problems: list[str]) -> int | None:
-    columns = list(RECORD_COLUMNS if holds == "exchanges" else GAP_COLUMNS)
+def _csv(name: str, chunks: Iterator[bytes], holds: str, header: Sequence[str], problems: list[str]) -> int | None:
+    columns = list(header)
     decoder = codecs.getincrementaldecoder("utf-8")()
 
     def lines() -> Iterator[str]:
@@ -533,13 +539,13 @@ def _csv(name: str, chunks: Iterator[bytes], holds: str, problems: list[str]) ->
     return max(rows, 0)
 
 
-def _parquet_rows(path: Path, holds: str, check: ExportCheck, problems: list[str]) -> int | None:
+def _parquet_rows(path: Path, holds: str, header: Sequence[str], check: ExportCheck, problems: list[str]) -> int | None:
     if not parquet_available():
         check.warnings.append(f"{path.name}: rows not counted (pyarrow is not installed); bytes and SHA-256 checked")
         return None
     import pyarrow.parquet as pq
 
-    columns = list(RECORD_COLUMNS if holds == "exchanges" else GAP_COLUMNS)
+    columns = list(header)
     try:
         meta = pq.ParquetFile(path).metadata
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a damaged file

@@ -244,7 +244,7 @@ def test_the_manifest_by_hand(filled: AuditStore, key: CheckpointKey, tmp_path: 
     b_checkpoint = filled.last_checkpoint(WB)
     lines = (tmp_path / "x" / "exchanges.jsonl").read_bytes()
     assert {k: v for k, v in manifest.items() if k not in ("files", "writers")} == {
-        "format": "llm-stream-observer export v1",
+        "format": "llm-stream-observer export v2",
         "created_at": "2026-06-02T08:00:00.000000Z",
         "store_id": filled.store_id(),
         "file_format": "jsonl",
@@ -336,7 +336,7 @@ def test_a_csv_row_by_hand(filled: AuditStore, key: CheckpointKey, tmp_path: Pat
     expected = (
         f"writer-b,3,{h},9a7d1e44-8b2f-4c3a-a1d0-000000000003,openai-chat,http,api.openai.com,,"
         "/v1/chat/completions,POST,HTTP/1.1,429,2025-06-01T12:00:02.000000Z,2025-06-01T12:00:02.090000Z,"
-        f",,,,,,,false,,,http_error,68,0,,{body},,null,{request},[],[],[]\r\n"
+        f",,,,,,,false,,,http_error,68,0,,{body},,null,{request},[],[],[],null\r\n"
     )
     rows = (tmp_path / "x" / "exchanges.csv").read_bytes().decode().split("\r\n", 1)
     assert rows[0] == ",".join(RECORD_COLUMNS)
@@ -361,8 +361,79 @@ def test_csv_read_back(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -
             "" if record["usage"]["input_tokens"] is None else str(record["usage"]["input_tokens"])
         )
         assert row["end_user"] == (record["request"]["end_user"] or "")
-        for column in ("request", "blocks", "tool_calls", "violations", "error"):
+        for column in ("request", "blocks", "tool_calls", "violations", "error", "provenance"):
             assert jsontext.loads(row[column]) == record[column]
+
+
+def test_csv_and_parquet_say_where_an_ingested_record_came_from(
+    filled: AuditStore, key: CheckpointKey, tmp_path: Path
+) -> None:
+    """Trial finding: only JSON lines kept an ingested record's provenance. The ``provenance``
+    column holds it as JSON text (``null`` for a record observed live)."""
+    from observer.records import Provenance
+
+    ingested = minimal_exchange("ingested-1", datetime(2025, 5, 31, 1, 0, tzinfo=UTC))
+    ingested.provenance = Provenance(
+        source="offline_ingest",
+        file="/captures/flows.mitm",
+        file_sha256="ab" * 32,
+        file_format="mitmproxy",
+        flow_id="f-1",
+        ingested_at=T0,
+    )
+    filled.write_many([ingested])
+    _export(filled, key, tmp_path / "c", "csv")
+    with open(tmp_path / "c" / "exchanges.csv", newline="", encoding="utf-8") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    assert jsontext.loads(rows[ingested.id]["provenance"]) == {
+        "source": "offline_ingest",
+        "file": "/captures/flows.mitm",
+        "file_sha256": "ab" * 32,
+        "file_format": "mitmproxy",
+        "flow_id": "f-1",
+        "ingested_at": "2026-06-01T08:00:00.000000Z",
+    }
+    assert rows[http_error_record().id]["provenance"] == "null"
+    assert verify_export(tmp_path / "c", [key.public]).ok
+    pq = pytest.importorskip("pyarrow.parquet")
+    _export(filled, key, tmp_path / "p", "parquet")
+    table = {r["id"]: r for r in pq.read_table(tmp_path / "p" / "exchanges.parquet").to_pylist()}
+    assert jsontext.loads(table[ingested.id]["provenance"])["flow_id"] == "f-1"
+
+
+def test_an_export_of_format_v1_still_verifies(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -> None:
+    """An export made before the ``provenance`` column (format v1: its CSV header without it)
+    verifies with today's ``export verify``; a v1 manifest over a v2 file does not."""
+    import hashlib
+
+    _export(filled, key, tmp_path / "x", "csv")
+    folder = tmp_path / "x"
+    path = folder / "exchanges.csv"
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0][-1] == "provenance"
+    v1 = "".join(csv_line(row[:-1]) for row in rows).encode()
+    manifest = json.loads((folder / "manifest.json").read_bytes())
+
+    def resign(content: bytes) -> None:
+        path.write_bytes(content)
+        entry = next(e for e in manifest["files"] if e["name"] == "exchanges.csv")
+        entry["bytes"], entry["sha256"] = len(content), hashlib.sha256(content).hexdigest()
+        manifest["format"] = "llm-stream-observer export v1"
+        data = encode(manifest)
+        (folder / "manifest.json").write_bytes(data)
+        (folder / "manifest.sig").write_bytes(sign(data, key))
+
+    original = path.read_bytes()
+    resign(v1)
+    check = verify_export(folder, [key.public])
+    assert check.ok, check.problems
+    resign(original)
+    problems = verify_export(folder, [key.public]).problems
+    assert problems[:2] == [
+        "exchanges.csv line 1: not the header of exchanges",
+        "exchanges.csv row 1: 36 fields, not 35",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -653,7 +724,7 @@ def test_a_changed_checkpoint_is_found(exported: Path, key: CheckpointKey) -> No
 def test_damaged_csv_and_parquet_files_are_found(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -> None:
     _export(filled, key, tmp_path / "c", "csv")
     path = tmp_path / "c" / "exchanges.csv"
-    path.write_bytes(path.read_bytes()[:-7] + b'"abc')  # a quoted field never closed
+    path.write_bytes(path.read_bytes()[:-2] + b',"abc')  # a quoted field never closed
     problems = _problems(tmp_path / "c", key)
     assert problems[0] == "exchanges.csv: SHA-256 differs from the manifest (the file was changed)"
     assert any("exchanges.csv row 16: not CSV" in p for p in problems)
