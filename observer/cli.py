@@ -509,8 +509,8 @@ def purge(
     typer.echo(
         f"observer: {verb} {result.total} records started before {rfc3339(result.cutoff)}"
         f" (retention {settings.retention_days} days): {sum(result.records.values())} chained in"
-        f" {len(result.runs)} runs, {result.unchained} from before the chain; {result.held} kept under a legal hold"
-        + ("" if result.event is None else f"; store event {result.event['seq']}")
+        f" {len(result.runs)} runs, {result.unchained} from before the chain; {result.held} kept under a legal hold;"
+        f" {result.alerts} alerts" + ("" if result.event is None else f"; store event {result.event['seq']}")
     )
     for writer, n in sorted(result.records.items()):
         typer.echo(f"observer: writer {writer}: {n} records")

@@ -8,7 +8,9 @@ run); each run is kept as a ``purged_runs`` row with the hash of its last record
 writer's chain goes on, and the purge's chained store event commits to all of its runs
 (``chain.runs_digest``). Gaps are kept (they hold no content and say what was lost), as are
 checkpoints. Records stored before the chain existed (no writer) are removed when due and
-counted. Everything (records, their blocks, tool calls and violations by ``ON DELETE CASCADE``,
+counted. Alerts (``observer.alerting``: their summaries name tools and hosts) fired before the
+cutoff are removed too, but for those about a held record; they are not chained (derived from
+the records and the pipeline's state), the purge event counts them. Everything (records, their blocks, tool calls and violations by ``ON DELETE CASCADE``,
 the runs, the event and its checkpoint) is one transaction: a purge that fails removes nothing.
 
 A purge first takes the store chain's lock (``events.lock``): holds cannot be made or released
@@ -34,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from sqlalchemy import Connection, bindparam, delete, func, insert, not_, select, text
+from sqlalchemy import ColumnElement, Connection, bindparam, delete, exists, func, insert, not_, select, text
 from sqlalchemy import exc as sa_exc
 
 from observer.errors import ObserverError
@@ -44,7 +46,7 @@ from observer.store.chain import runs_digest
 from observer.store.checkpoint import CheckpointKey
 from observer.store.events import append_event, lock
 from observer.store.holds import held, list_holds
-from observer.store.models import ExchangeRow, PurgedRunRow, StoreEventRow
+from observer.store.models import AlertRow, ExchangeRow, PurgedRunRow, StoreEventRow
 from observer.store.store import AuditStore
 from observer.store.verify import Break, verify
 
@@ -78,12 +80,14 @@ class PurgeRefused(ObserverError):
 @dataclass(slots=True)
 class PurgeResult:
     """What a purge removed (or, dry, would remove): chained records per writer, unchained
-    records, due records kept for a hold, the runs, and the store event (``None`` when dry)."""
+    records, due records kept for a hold, alerts, the runs, and the store event (``None`` when
+    dry)."""
 
     cutoff: datetime
     records: dict[str, int] = field(default_factory=dict)
     unchained: int = 0
     held: int = 0
+    alerts: int = 0
     runs: list[tuple[str, int, int, str]] = field(default_factory=list)
     event: dict[str, Any] | None = None
     dropped: list[partitions.Month] = field(default_factory=list)
@@ -151,6 +155,8 @@ def purge(
                 if holds
                 else 0
             )
+            alerts_due = _alerts_due(cutoff, holds)
+            result.alerts = conn.scalar(select(func.count()).select_from(AlertRow).where(alerts_due)) or 0
             if dry_run:
                 conn.rollback()
                 return result
@@ -162,6 +168,7 @@ def purge(
                 "records": sum(result.records.values()),
                 "unchained": result.unchained,
                 "held": result.held,
+                "alerts": result.alerts,
                 "runs": len(result.runs),
                 "runs_sha256": runs_digest(result.runs),
                 "chain_began": _chain_began(conn, began),
@@ -192,6 +199,8 @@ def purge(
                 if not postgres:
                     search.unindex_sqlite(conn, ex.c.writer_id.is_(None) & due)
                 conn.execute(delete(ex).where(ex.c.writer_id.is_(None), due))
+            if result.alerts:
+                conn.execute(delete(AlertRow).where(alerts_due))
             result.event = event
     except sa_exc.OperationalError as exc:
         if postgres and "lock timeout" in str(exc):
@@ -201,6 +210,16 @@ def purge(
             ) from exc
         raise
     return result
+
+
+def _alerts_due(cutoff: datetime, holds: list[dict[str, Any]]) -> ColumnElement[bool]:
+    """The alerts a purge at ``cutoff`` removes: fired before it, and not about a record an
+    active hold covers (that record stays, and so does what was said about it)."""
+    alerts, ex = AlertRow.__table__, ExchangeRow.__table__
+    due = alerts.c.fired_at < cutoff
+    if holds:
+        due &= not_(exists().where(ex.c.id == alerts.c.exchange_id, held(holds)))
+    return due
 
 
 def _chain_began(conn: Connection, due_began: datetime | None) -> str | None:

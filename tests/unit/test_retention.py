@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from observer.cli import app
 from observer.records import Exchange
+from observer.store.alerts import add_alert, list_alerts
 from observer.store.chain import GENESIS, canonical_event, chain_hash, runs_digest
 from observer.store.checkpoint import CheckpointKey, make_checkpoint
 from observer.store.events import ConcurrentChange, append_event
@@ -59,6 +60,21 @@ def filled(store: AuditStore, make_exchange: Callable[..., Exchange], key: Check
         store.add_checkpoint(row)
         prev = hashlib.sha256(row["note"].encode()).hexdigest()
     return store
+
+
+def _alert(alert_id: str, fired_at: datetime, exchange_id: str | None) -> dict[str, object]:
+    return {
+        "id": alert_id,
+        "fired_at": fired_at,
+        "rule": "r",
+        "kind": "undeclared_tool" if exchange_id else "recording_gap",
+        "severity": "warning",
+        "summary": "s",
+        "proxy": "p",
+        "exchange_id": exchange_id,
+        "details": {},
+        "deliveries": {},
+    }
 
 
 def _scalar(store: AuditStore, statement: str, **params: object) -> object:
@@ -108,11 +124,19 @@ def test_a_purge_removes_the_due_records_keeps_held_and_new_ones_and_verify_pass
     filled: AuditStore, key: CheckpointKey
 ) -> None:
     hold = create_hold(filled.engine, key, filled.store_id(), Scope(end_user="held"), "case 7", "legal", NOW)
+    for alert_id, fired_at, exchange_id in (
+        ("a-old-r1", OLD, "r1"),  # due: its record goes
+        ("a-old-r4", OLD, "r4"),  # kept: its record is held
+        ("a-old-none", OLD, None),  # due: about no record (a recording gap, the spool)
+        ("a-new-none", NEW, None),  # kept: not past retention
+    ):
+        add_alert(filled.engine, _alert(alert_id, fired_at, exchange_id))
     result = _purge(filled, key)
     # r4 is held: the runs are 1..3, 5..5 (the gap at 6 ends it) and 7..12.
     assert [(w, a, b) for w, a, b, _h in result.runs] == [(W, 1, 3), (W, 5, 5), (W, 7, 12)]
     assert (result.records, result.unchained, result.held, result.total) == ({W: 10}, 1, 1, 11)
     assert _ids(filled) == ["r13", "r14", "r15", "r16", "r4"]
+    assert result.alerts == 2 and sorted(a["id"] for a in list_alerts(filled.engine)) == ["a-new-none", "a-old-r4"]
     assert [g["seq"] for g in filled.gaps()] == [6]  # gaps are kept
     with filled.engine.connect() as conn:  # the children went with their records
         assert conn.execute(sa.text("SELECT count(*) FROM exchange_blocks")).scalar() == 0
@@ -127,6 +151,7 @@ def test_a_purge_removes_the_due_records_keeps_held_and_new_ones_and_verify_pass
         "records": 10,
         "unchained": 1,
         "held": 1,
+        "alerts": 2,
         "runs": 3,
         "runs_sha256": runs_digest(result.runs),
         "chain_began": "2025-10-27T12:00:01.000000Z",  # r1, the oldest chained record
@@ -363,7 +388,7 @@ def test_hold_and_purge_commands(
     assert done.exit_code == 0, done.output  # type: ignore[attr-defined]
     assert (
         "removed 11 records started before 2026-06-01T12:00:00.000000Z (retention 183 days): 10 chained in 3 runs,"
-        " 1 from before the chain; 1 kept under a legal hold; store event 2" in done.stdout  # type: ignore[attr-defined]
+        " 1 from before the chain; 1 kept under a legal hold; 0 alerts; store event 2" in done.stdout  # type: ignore[attr-defined]
     )
     released = _cli(["hold", "release", hold_id, "--reason", "closed"], migrated_url, key)
     assert released.exit_code == 0 and f"hold {hold_id} released" in released.stdout  # type: ignore[attr-defined]
