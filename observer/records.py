@@ -92,6 +92,10 @@ class ViolationKind(enum.StrEnum):
     OVERSIZE_RECORD = "oversize_record"
     INCOMPLETE_REQUEST = "incomplete_request"  # the exchange ended before the request body was received
     NOT_LLM_REQUEST = "not_llm_request"  # an LLM host and path, but not the dialect's request shape: metadata only
+    # Binary framings (observer.wire: AWS event stream, Connect/gRPC envelopes, SignalR MessagePack):
+    CHECKSUM_MISMATCH = "checksum_mismatch"  # a frame whose CRC does not match its bytes (AWS event stream)
+    MALFORMED_FRAME = "malformed_frame"  # a frame that cannot be read (bad length, flags, header, varint)
+    SCHEMA_UNKNOWN = "schema_unknown"  # a protobuf message of an endpoint without a field map: strings found only
 
 
 @shaped
