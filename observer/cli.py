@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -168,7 +169,7 @@ def _check_settings(settings: Settings) -> None:
         load_registry(settings.dialect_registry)
     except (ImportError, AttributeError, ValueError, TypeError) as exc:
         _fail(f"invalid settings: dialect_registry {settings.dialect_registry!r}: {type(exc).__name__}: {exc}")
-    _check_url(settings.db, creatable=settings.data_dir)
+    _check_url(settings.db, creatable=settings.data_dir, writable=True)
     try:
         settings.api_tls_files()
         if settings.alerts_file is not None:
@@ -188,7 +189,6 @@ def config_check(*, flags: dict[str, Any]) -> None:
     the variable, the file or ``default``), secrets as ``<set>`` / ``<unset>`` and the store
     URL without its password. Exit 0, or 2 with one line naming the first problem: a dry run
     for a deployment's environment (a unit's EnvironmentFile, a ConfigMap, a compose file)."""
-    import os
 
     given = {name: value for name, value in flags.items() if value is not None}
     settings = _settings(None, **flags)
@@ -265,7 +265,7 @@ def api(
 
     _logging()
     settings = _settings({"api_host": "--host", "api_port": "--port"}, db=db, api_host=host, api_port=port)
-    _check_url(settings.db)
+    _check_url(settings.db, writable=True)  # (the access log is written to the store)
     token = resolve_token(settings)
     key = _api_key(settings)
     options = ApiOptions(
@@ -990,7 +990,7 @@ def ingest(
             captures.append(open_capture(name))
         except IngestError as exc:
             _fail(str(exc))
-    _check_url(settings.db)
+    _check_url(settings.db, writable=True)
     if settings.migrate:
         _upgrade(settings.db)
     try:
@@ -1101,7 +1101,7 @@ def _upgrade(url: str) -> None:
 
     from observer.store.migrate import upgrade
 
-    _check_url(url)
+    _check_url(url, writable=True)
     try:
         upgrade(url)
     except (ArgumentError, NoSuchModuleError, OperationalError, ObserverError, OSError) as exc:
@@ -1170,11 +1170,14 @@ def _open_store(settings: Settings, *, new_data_dir: bool = False) -> None:
             unreachable(exc)
 
 
-def _check_url(url: str, creatable: Path | None = None) -> None:
+def _check_url(url: str, creatable: Path | None = None, *, writable: bool = False) -> None:
     """Exit 2 (one line) for a URL SQLAlchemy cannot parse or whose driver is not installed, or a
     SQLite file in a folder that does not exist (a mistyped path must not become a new, empty
     store somewhere: trial finding) other than ``creatable`` (``observer run``'s data folder,
-    which it makes); nothing is connected or made."""
+    which it makes); with ``writable`` (a command that writes the store), also a SQLite file, or
+    the folder it is to be made in, that this user cannot write (trial finding: a container's
+    default store lay in root's WORKDIR, and ``observer config`` passed it). Nothing is
+    connected or made."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -1188,6 +1191,11 @@ def _check_url(url: str, creatable: Path | None = None) -> None:
         folder = Path(path).parent
         if not folder.is_dir() and (creatable is None or folder.resolve() != creatable.resolve()):
             _fail(f"cannot open the audit store {_safe(url)}: the folder {folder} does not exist")
+        if writable:
+            target = Path(path) if Path(path).exists() else folder
+            if target.exists() and not os.access(target, os.W_OK):
+                what = "the file" if target == Path(path) else "the folder"
+                _fail(f"cannot open the audit store {_safe(url)}: {what} {target} is not writable by this user")
 
 
 def _open_read_only(url: str) -> Any:

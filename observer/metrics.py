@@ -264,6 +264,19 @@ class SnapshotWriter:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
 
+    def retire(self) -> None:
+        """After a clean stop's final ``write``: renames the snapshot to ``<name>.prom.stopped``,
+        so the API no longer serves it nor counts this proxy in ``/readyz`` (a proxy stopped on
+        purpose is not a proxy that stopped reporting; trial finding: a container replaced on the
+        same volume left the API not ready for a day). The file stays for whoever looks. A proxy
+        that crashes leaves its ``.prom``: "stale" in ``/readyz``. Errors are logged, never raised."""
+        try:
+            os.replace(self.path, self.path.with_name(self.path.name + ".stopped"))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.error("observer: cannot retire the metrics snapshot %s: %s", self.path, exc)
+
 
 def pipeline_stats(journal: Any, drainer: Any, addon: Any, spool_max_bytes: int) -> dict[str, float]:
     """The ``PIPELINE`` values of a running proxy from its journal, drainer and addon stats

@@ -419,6 +419,7 @@ class LLMAudit:
             self._stop_writer()
         if metrics is not None:
             metrics.write()  # the final counts (the journal's and the drainer's: read before they close)
+            metrics.retire()  # stopped on purpose: out of /metrics and /readyz
 
     def _stop_writer(self) -> None:
         """Journals what is queued, stores what the database takes within 10 s, and logs what

@@ -4,6 +4,9 @@ default), one-line errors before anything starts, the generated API token kept a
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from sqlalchemy import create_engine, inspect
 from typer.testing import CliRunner
@@ -366,3 +369,28 @@ def test_observer_config_refuses_what_observer_run_refuses(tmp_path, args, messa
     assert result.exit_code == 2
     assert message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_sqlite_store_this_user_cannot_write_is_refused_before_start(tmp_path, monkeypatch):
+    """Trial finding: in the container, the default store lay in root's WORKDIR; ``observer
+    config`` passed it and ``observer run`` died on "Permission denied" after making its CA
+    folder. (The tests run as root, who may write anywhere: ``os.access`` answers as for
+    another user.)"""
+    import observer.cli as cli
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    url = f"sqlite:///{locked / 'observer.db'}"
+    for command in (["config", "--db", url], ["run", "--db", url, "--data-dir", str(tmp_path / "data")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"the folder {locked} is not writable by this user" in result.output
+    assert not (tmp_path / "data").exists()
+    (locked / "observer.db").write_bytes(b"")
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if Path(p).parent == locked else real(p, mode))
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+    assert result.exit_code == 2 and f"the file {locked / 'observer.db'} is not writable" in result.output
+    result = CliRunner().invoke(app, ["verify", "--db", url])  # reading needs no write access
+    assert "not writable" not in result.output

@@ -356,10 +356,36 @@ def test_compose_references_resolve():
         assert ignored.returncode == 0, path
 
 
+def _image_env() -> dict[str, str]:
+    """The ``ENV`` of deploy/Containerfile (``NAME=value`` pairs)."""
+    env: dict[str, str] = {}
+    for op, args in _instructions():
+        if op == "ENV":
+            env |= dict(pair.split("=", 1) for pair in args.split())
+    return env
+
+
+def test_the_image_environment_is_a_valid_configuration(tmp_path):
+    """The image's own ENV (no other setting: ``docker run IMAGE`` as it is) passes the dry run
+    and keeps the store in the volume, bound on every interface (trial finding: the default CMD
+    exited 2, its SQLite file relative to root's WORKDIR)."""
+    env = {k: v for k, v in _image_env().items() if k.startswith("OBSERVER_")}
+    result = _observer_config(env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = _shown(result.stdout)
+    assert shown["db"] == "sqlite:////var/lib/observer/observer.db"
+    assert shown["data_dir"] == "/var/lib/observer"
+    assert (shown["proxy_host"], shown["api_host"]) == ("0.0.0.0", "0.0.0.0")
+    volume = json.loads(dict(_instructions())["VOLUME"])
+    assert volume == ["/var/lib/observer"]
+
+
 def test_compose_observer_environment_is_a_valid_configuration(tmp_path):
     service = _compose()["services"]["observer"]
     env = {k: str(v) for k, v in service["environment"].items()}
     assert set(env) <= SETTING_ENVS, set(env) - SETTING_ENVS
+    assert service["hostname"] == "observer"  # the metrics snapshot's name survives a recreate
+    env = {k: v for k, v in _image_env().items() if k.startswith("OBSERVER_")} | env
     env["OBSERVER_API_TOKEN"] = "from-the-secret"  # what its entrypoint exports
     result = _observer_config(env, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -403,29 +429,60 @@ def test_containerfile_runs_unprivileged_on_the_documented_ports():
     assert ops["EXPOSE"].split() == [str(SPECS["proxy_port"].default), str(SPECS["api_port"].default)]
     assert ops["STOPSIGNAL"] == "SIGTERM"
     assert json.loads(ops["ENTRYPOINT"]) == ["observer"]
-    assert json.loads(ops["CMD"]) == ["run", "--proxy-host", "0.0.0.0", "--api-host", "0.0.0.0"]
+    assert json.loads(ops["CMD"]) == ["run"]
     assert "/healthz" in ops["HEALTHCHECK"]
 
 
+def _runtime_requirements(tmp_path: Path) -> Path:
+    """The Containerfile's own ``python -c`` line run on pyproject.toml: the file it installs."""
+    run = next(args for op, args in _instructions() if op == "RUN" and "tomllib" in args)
+    script = re.search(r"python -c '([^']+)'", run).group(1)
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    listed = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+    )
+    (tmp_path / "runtime.txt").write_text(listed.stdout)
+    return tmp_path / "runtime.txt"
+
+
+def test_the_image_installs_the_runtime_dependencies_and_pyarrow(tmp_path):
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["parquet"]
+    assert _runtime_requirements(tmp_path).read_text().split("\n")[:-1] == wanted
+    assert not any(name.startswith(("pytest", "ruff", "selenium")) for name in wanted)
+
+
 @pytest.mark.network
-def test_every_pin_has_a_cpython_312_manylinux_wheel(tmp_path):
-    """The image installs requirements.lock with ``--only-binary=:all:`` (no compiler in it):
-    pip resolves every pin to a wheel for CPython 3.12 on manylinux x86_64 (dry run: metadata
-    only, nothing installed). Needs PyPI, as ``make install`` does."""
+def test_every_runtime_pin_has_a_cpython_312_manylinux_wheel(tmp_path):
+    """The image installs the runtime dependencies at the lock's pins with
+    ``--only-binary=:all:`` (no compiler in it): pip resolves them, and what they need, to wheels
+    for CPython 3.12 on manylinux x86_64, every one pinned by the lock (dry run: metadata only,
+    nothing installed). Needs PyPI, as ``make install`` does."""
     platforms = ["manylinux2014_x86_64", "manylinux_2_28_x86_64", "manylinux_2_34_x86_64"]
+    report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed"]
-    command += ["--only-binary=:all:", "--no-deps", "--python-version", "3.12", "--implementation", "cp"]
+    command += ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp"]
     command += [arg for p in platforms for arg in ("--platform", p)]
-    command += ["--target", str(tmp_path / "t"), "-r", str(REPO / "requirements.lock")]
+    command += ["--target", str(tmp_path / "t"), "--report", str(report)]
+    command += ["-c", str(REPO / "requirements.lock"), "-r", str(_runtime_requirements(tmp_path))]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    pins = [line for line in (REPO / "requirements.lock").read_text().splitlines() if "==" in line]
-    assert len(pins) > 50
+    pins = {
+        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in (REPO / "requirements.lock").read_text().splitlines()
+        if "==" in line
+    }
+    installed = {
+        i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+        for i in json.loads(report.read_text())["install"]
+    }
+    assert "mitmproxy" in installed and "pyarrow" in installed and "pytest" not in installed
+    assert {name: pins.get(name) for name in installed} == installed  # nothing unpinned, no other version
 
 
-def test_containerfile_installs_the_lock_the_tests_use():
+def test_containerfile_installs_at_the_pins_the_tests_use():
     runs = " ".join(args for op, args in _instructions() if op == "RUN")
-    assert "--only-binary=:all: -r requirements.lock" in runs
+    assert "--only-binary=:all: -c requirements.lock -r /tmp/runtime.txt" in runs
     assert "pip install --no-deps -e ." in runs
     lock = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert lock["project"]["requires-python"].startswith(">=3.12")

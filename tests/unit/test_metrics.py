@@ -168,3 +168,22 @@ def test_readyz_names_what_is_wrong_with_a_proxy(api):
     assert client.get("/readyz").json()["proxies"]["p1"].startswith("stale: no metrics for")
     (folder / "p1.prom").write_text("not { a metric")
     assert client.get("/readyz").status_code == 200  # an unreadable file is skipped (logged)
+
+
+def test_a_proxy_stopped_on_purpose_leaves_readyz_and_metrics(api):
+    """Trial finding: a container replaced on the same volume (a new host name, a new proxy
+    name) left the old proxy's last snapshot behind, "writer not running", then "stale": the API
+    was not ready for a day. A clean stop retires the snapshot (``.prom.stopped``)."""
+    client, folder = api
+    m = ProxyMetrics(pipeline=lambda: HEALTHY | {"writer_alive": 0})  # its final snapshot: writer closed
+    writer = SnapshotWriter(m, folder, "old-8080", interval_s=3600)
+    writer.start()
+    writer.stop()
+    writer.write()
+    assert client.get("/readyz").status_code == 503
+    writer.retire()
+    assert client.get("/readyz").json() == {"status": "ready", "database": "ok", "proxies": {}}
+    got = samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content)
+    assert not any(dict(labels).get("proxy") == "old-8080" for _, labels in got)
+    assert (folder / "old-8080.prom.stopped").is_file() and not (folder / "old-8080.prom").exists()
+    writer.retire()  # twice: nothing to rename, no error

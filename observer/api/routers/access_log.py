@@ -26,7 +26,9 @@ def list_access_log(
     endpoint: Annotated[str | None, Query(description="Route template, e.g. /v1/exchanges/{exchange_id}")] = None,
     status: Annotated[int | None, Query(ge=100, le=599, description="HTTP status answered")] = None,
     exchange_id: Annotated[str | None, Query(description="Calls that returned or changed this record")] = None,
-    before_seq: Annotated[int | None, Query(ge=1, description="`next_before_seq` of the previous page")] = None,
+    before_seq: Annotated[
+        int | None, Query(ge=1, le=2**63 - 1, description="`next_before_seq` of the previous page")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
     """Entries matching every filter, by ``seq`` descending (this call's own entry is written
