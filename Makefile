@@ -31,13 +31,17 @@ $(STAMP): requirements.lock pyproject.toml
 # wheel is cached under its own name so an earlier native one is never reused.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 LLAMA_WHEELS := $(HOME)/.cache/observer/llama-wheels-portable
-$(CLIENTS_STAMP): $(STAMP) requirements.lock requirements-clients.lock requirements-nodeps.lock
+# And the Node.js clients of docs/ca-install.md's snippets (undici, openai, @anthropic-ai/sdk; pinned in
+# tests/node/package-lock.json) into tests/node/node_modules; without npm their tests are skipped.
+$(CLIENTS_STAMP): $(STAMP) requirements.lock requirements-clients.lock requirements-nodeps.lock tests/node/package-lock.json
 	@ls $(LLAMA_WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || { \
 	  echo "building llama-cpp-python 0.3.36 from source (once, kept in $(LLAMA_WHEELS); a few minutes on 2 cores)..."; \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-$$(nproc)} \
 	    $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(LLAMA_WHEELS) llama_cpp_python==0.3.36; }
 	$(PY) -m pip install -q -c requirements.lock --find-links $(LLAMA_WHEELS) -r requirements-clients.lock
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.lock
+	@if command -v npm >/dev/null; then npm ci --prefix tests/node --no-audit --no-fund --loglevel=error; \
+	  else echo "npm not found: the Node.js client tests (tests/e2e/test_docs_snippets.py) will be skipped"; fi
 	@touch $(CLIENTS_STAMP)
 
 run: $(STAMP)

@@ -42,7 +42,7 @@ from observer.capture.backend import FailoverBackend, InProcessBackend
 from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.guard import Resolved, UpstreamGuard, build_guard, is_local, literal, resolve
-from observer.capture.request import RequestTap, declared_too_large, read_request, skeleton
+from observer.capture.request import RequestTap, declared_too_large, flow_record_id, read_request, skeleton
 from observer.capture.tap import StreamTap
 from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, did_you_mean, settings_from_options
 from observer.dialects.base import Dialect, RequestView
@@ -837,6 +837,7 @@ def _new_state(flow: http.HTTPFlow, dialect: Dialect, view: RequestView) -> Flow
         http_version=req.http_version,
         started_at_s=req.timestamp_start or time.time(),
         removed=removed,
+        record_id=flow_record_id(flow.id),
     )
     return FlowState(dialect, ex, view, flow.client_conn.id, envelope_secrets=removed)
 

@@ -14,6 +14,17 @@ from observer.records import Exchange, RequestFacts, Violation, ViolationKind, u
 from observer.redact import MAX_CHARS, MAX_FIELDS, redact_path, redact_request
 from observer.wire.content import LIMIT_CODE, make_decoder
 
+#: The UUID 5 namespace of record ids derived from mitmproxy flow ids (``flow_record_id``).
+FLOW_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:llm-stream-observer:ingest")
+
+
+def flow_record_id(flow_id: str) -> str:
+    """The record id of the mitmproxy flow ``flow_id`` (a UUID 4 per flow, kept in flow dumps):
+    a UUID 5, so that a flow recorded live and later ingested from a ``mitmdump -w`` dump of the
+    same run is one record, stored once (trial finding: the README's dump-and-ingest lines stored
+    every exchange twice)."""
+    return str(uuid.uuid5(FLOW_NAMESPACE, f"mitmproxy-flow:{flow_id}"))
+
 
 def skeleton(
     dialect: Dialect,
@@ -26,12 +37,13 @@ def skeleton(
     http_version: str,
     started_at_s: float,
     removed: list[str] | None = None,
+    record_id: str | None = None,
 ) -> Exchange:
-    """A new record (fresh id) with the exchange's HTTP facts; credentials in the path's query
-    redacted (``observer.redact.redact_path``; the values removed are appended to ``removed``);
-    ``started_at_s`` epoch seconds."""
+    """A new record with the exchange's HTTP facts, its id ``record_id`` (default a fresh UUID 4);
+    credentials in the path's query redacted (``observer.redact.redact_path``; the values
+    removed are appended to ``removed``); ``started_at_s`` epoch seconds."""
     return Exchange(
-        id=str(uuid.uuid4()),
+        id=record_id or str(uuid.uuid4()),
         dialect=dialect.name,
         scheme=scheme,
         host=host,

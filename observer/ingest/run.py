@@ -6,7 +6,9 @@ A record's id is ``record_id``: a UUID 5, the same whenever the same flow is ing
 so that the store skips it (``AuditStore.write_many`` stores an id once). A dump's flow is named
 by its mitmproxy flow id alone (a UUID 4 per flow, kept in the dump): a dump appended to later
 (``mitmdump -w +FILE``) or saved again under another name gives its earlier flows the ids they
-had. A HAR entry has no id: it is named by the file's SHA-256 and its index.
+had, and a flow the proxy recorded live (``observer.capture.request.flow_record_id``) is not
+stored again from a dump of the same run. A HAR entry has no id: it is named by the file's
+SHA-256 and its index (so a HAR of flows recorded live adds copies).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from observer.capture.request import FLOW_NAMESPACE, flow_record_id
 from observer.ingest.captures import DUMP, Capture, DamagedCapture, SavedFlow, read_flows
 from observer.ingest.replay import Fate, Replay
 from observer.ingest.writer import IngestWriter
 from observer.records import Provenance, utc_from_epoch
 
-#: The UUID 5 namespace of ingested records' ids.
-INGEST_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:llm-stream-observer:ingest")
+#: The UUID 5 namespace of ingested records' ids (the live capture's, for a dump's flows).
+INGEST_NAMESPACE = FLOW_NAMESPACE
 #: ``Provenance.source`` of an ingested record.
 SOURCE = "offline_ingest"
 #: Warning lines per file and kind; past them a count says how many more.
@@ -42,7 +45,7 @@ _WHY = {
 def record_id(capture: Capture, flow_id: str) -> str:
     """The record id of flow ``flow_id`` of ``capture`` (module docstring)."""
     if capture.file_format == DUMP:
-        name = f"mitmproxy-flow:{flow_id}"
+        return flow_record_id(flow_id)  # the id the live capture gave the same flow
     else:
         name = f"{capture.file_format}:{capture.sha256}:{flow_id}"
     return str(uuid.uuid5(INGEST_NAMESPACE, name))
