@@ -35,6 +35,7 @@ BODY_TYPES = {
     ".ndjson": "application/x-ndjson",
     ".json": "application/json",
     ".txt": "text/plain",
+    ".eventstream": "application/vnd.amazon.eventstream",
 }
 
 

@@ -112,37 +112,8 @@ class AnthropicDialect(DialectBase):
         Shape (else ``not_llm_request``, metadata only): a JSON object with a ``messages`` array
         and a string ``model`` (or a Vertex AI path naming the model). Other problems (e.g. no
         ``max_tokens``) are ``invalid_request`` violations. Never raises."""
-        doc, why = vendor_object(body)
-        if doc is None:
-            return not_llm_request(body, why)
         path_model = vertex_model(unquote(request.path_only)) if request is not None else None
-        model = doc.get("model")
-        if not isinstance(doc.get("messages"), list):
-            return not_llm_request(body, "no messages array")
-        if path_model is None and not isinstance(model, str):
-            return not_llm_request(body, "no model string")
-        facts = RequestFacts(body_bytes=len(body), stream=False)
-        violations: list[Violation] = []
-        if "max_tokens" not in doc:
-            violations.append(Violation(V.INVALID_REQUEST, None, "missing required fields: max_tokens"))
-        if path_model is not None and "model" in doc and not isinstance(model, str):
-            violations.append(Violation(V.INVALID_REQUEST, None, "model is not a string"))
-        facts.model = path_model or (model if isinstance(model, str) else None)
-        facts.stream = _stream_flag(doc, violations)
-        facts.messages = _messages(doc, violations)
-        # Client tools {name, description, input_schema} and server tools {type, name, ...}
-        # both declare a name; a tool_use/server_tool_use block uses it.
-        facts.tools = read_tools(doc, "tools", violations)
-        facts.tool_names = tool_names(facts.tools)
-        facts.parameters = {k: doc[k] for k in PARAMETER_KEYS if k in doc}
-        metadata = doc.get("metadata")
-        if isinstance(metadata, dict):
-            facts.metadata = metadata
-            user = metadata.get("user_id")
-            facts.end_user = user if isinstance(user, str) else None
-        elif metadata is not None:
-            violations.append(Violation(V.INVALID_REQUEST, None, "metadata is not an object"))
-        return facts, violations
+        return read_messages_request(body, path_model)
 
     def conversation_messages(self, request: RequestFacts) -> list[CanonicalMessage]:
         """The messages in canonical form (``observer.conversation``), the recorded leading
@@ -156,6 +127,41 @@ class AnthropicDialect(DialectBase):
 
     def new_adapter(self, spec: ResponseSpec) -> AnthropicAdapter:
         return AnthropicAdapter()
+
+
+def read_messages_request(body: bytes, path_model: str | None) -> tuple[RequestFacts, list[Violation]]:
+    """A Messages request body as ``AnthropicDialect.parse_request`` reads it, ``path_model``
+    the model its URL names (Vertex AI, Amazon Bedrock), if any: then the body needs none."""
+    doc, why = vendor_object(body)
+    if doc is None:
+        return not_llm_request(body, why)
+    model = doc.get("model")
+    if not isinstance(doc.get("messages"), list):
+        return not_llm_request(body, "no messages array")
+    if path_model is None and not isinstance(model, str):
+        return not_llm_request(body, "no model string")
+    facts = RequestFacts(body_bytes=len(body), stream=False)
+    violations: list[Violation] = []
+    if "max_tokens" not in doc:
+        violations.append(Violation(V.INVALID_REQUEST, None, "missing required fields: max_tokens"))
+    if path_model is not None and "model" in doc and not isinstance(model, str):
+        violations.append(Violation(V.INVALID_REQUEST, None, "model is not a string"))
+    facts.model = path_model or (model if isinstance(model, str) else None)
+    facts.stream = _stream_flag(doc, violations)
+    facts.messages = _messages(doc, violations)
+    # Client tools {name, description, input_schema} and server tools {type, name, ...}
+    # both declare a name; a tool_use/server_tool_use block uses it.
+    facts.tools = read_tools(doc, "tools", violations)
+    facts.tool_names = tool_names(facts.tools)
+    facts.parameters = {k: doc[k] for k in PARAMETER_KEYS if k in doc}
+    metadata = doc.get("metadata")
+    if isinstance(metadata, dict):
+        facts.metadata = metadata
+        user = metadata.get("user_id")
+        facts.end_user = user if isinstance(user, str) else None
+    elif metadata is not None:
+        violations.append(Violation(V.INVALID_REQUEST, None, "metadata is not an object"))
+    return facts, violations
 
 
 def vertex_model(path: str) -> str | None:

@@ -66,6 +66,7 @@ def default_registry() -> DialectRegistry:
     (vendor-wire-formats §1 "practical detection order"); the AI SDK UI stream is recognised by
     its response header."""
     from observer.dialects.anthropic import AnthropicDialect
+    from observer.dialects.bedrock import BedrockConverseDialect, BedrockInvokeDialect
     from observer.dialects.gemini import GeminiDialect
     from observer.dialects.ollama import OllamaDialect
     from observer.dialects.openai_chat import OpenAIChatDialect
@@ -82,6 +83,8 @@ def default_registry() -> DialectRegistry:
             GeminiDialect(),
             OllamaDialect(),
             VercelUIDialect(),
+            BedrockConverseDialect(),
+            BedrockInvokeDialect(),
         ]
     )
 

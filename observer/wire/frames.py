@@ -24,6 +24,8 @@ is a module here that returns these tuples plus a ``Framing`` name in :func:`mak
 - ``json_array``: the elements of one streamed top-level JSON array (``observer.wire.jsonarray``):
   Gemini ``streamGenerateContent`` without ``alt=sse``.
 - ``json``: the whole body as one message, at the end (``WholeBodyFramer``): non-streaming answers.
+- ``event_stream``: one message per AWS event-stream frame (``EventStreamFramer`` over
+  ``observer.wire.eventstream``): Amazon Bedrock's streams.
 
 Also what the line and array framers share: ``positive_size`` (their bound's check) and
 ``nbytes`` (sizes in violation details).
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+import orjson
 
 from observer.records import Violation, ViolationKind
 
@@ -56,6 +60,7 @@ class Framing(enum.StrEnum):
     NDJSON = "ndjson"
     JSON_ARRAY = "json_array"
     JSON = "json"
+    EVENT_STREAM = "event_stream"
 
     @property
     def whole_body(self) -> bool:
@@ -143,6 +148,56 @@ class WholeBodyFramer:
         return [(None, raw, None, None, len(raw))]
 
 
+class EventStreamFramer:
+    """AWS event-stream frames (``observer.wire.eventstream``) as messages: one per frame whose
+    CRCs matched, ``event`` its name, ``data`` its payload (undecoded), ``size_bytes`` the frame's
+    length. The name is the ``:event-type`` header for an ``event`` frame,
+    ``exception:<:exception-type>`` for a modelled exception, ``error:<:error-code>`` for an
+    unmodelled error, whose ``data`` is then ``{"message": <:error-message>}`` (its payload is
+    usually empty). An ``event`` frame without ``:event-type``, or of another message type, is a
+    ``malformed_frame`` violation instead of a message; the decoder's own violations pass on.
+    Frames are capped at ``max_event_bytes``."""
+
+    def __init__(self, max_event_bytes: int) -> None:
+        from observer.wire.eventstream import EventStreamDecoder
+
+        self._decoder = EventStreamDecoder(max_frame_bytes=max_event_bytes)
+
+    def feed(self, data: bytes) -> list[Message | Violation]:
+        return self._messages(self._decoder.feed(data))
+
+    def close(self) -> list[Message | Violation]:
+        return self._messages(self._decoder.close())
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._decoder.buffered_bytes
+
+    @staticmethod
+    def _messages(items: list) -> list[Message | Violation]:
+        out: list[Message | Violation] = []
+        for item in items:
+            if isinstance(item, Violation):
+                out.append(item)
+                continue
+            kind, payload = item.message_type or "event", item.payload
+            if kind == "event" and item.event_type:
+                name = item.event_type
+            elif kind == "exception":
+                name = f"exception:{item.exception_type or ''}"
+            elif kind == "error":
+                name = f"error:{item.error_code or ''}"
+                payload = orjson.dumps({"message": item.error_message})
+            else:
+                detail = f"an event-stream frame of :message-type {kind!r} without :event-type: not read"
+                if kind != "event":
+                    detail = f"an event-stream frame of unknown :message-type {kind!r}: not read"
+                out.append(Violation(ViolationKind.MALFORMED_FRAME, None, detail))
+                continue
+            out.append((name.encode(), payload, None, None, item.size_bytes))
+        return out
+
+
 def make_framer(framing: Framing, *, max_event_bytes: int, max_json_body_bytes: int):
     """A fresh framer for ``framing``; ``max_event_bytes`` caps one streamed message and
     ``max_json_body_bytes`` a whole non-streaming body (bytes)."""
@@ -158,4 +213,6 @@ def make_framer(framing: Framing, *, max_event_bytes: int, max_json_body_bytes: 
         from observer.wire.jsonarray import JSONArrayDecoder
 
         return JSONArrayDecoder(max_element_bytes=max_event_bytes)
+    if framing is Framing.EVENT_STREAM:
+        return EventStreamFramer(max_event_bytes)
     return WholeBodyFramer(max_json_body_bytes)

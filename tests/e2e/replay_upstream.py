@@ -62,6 +62,7 @@ BODY_TYPES = {
     ".ndjson": "application/x-ndjson",
     ".json": "application/json",
     ".txt": "text/plain",
+    ".eventstream": "application/vnd.amazon.eventstream",
 }
 DEFAULT_GAP_MS = 100.0
 _SIDE_FILES = (".request.json", ".expected.json", ".meta.json")
@@ -160,7 +161,25 @@ def split_pieces(body: bytes, content_type: str, content_encoding: str | None = 
         return [line for line in body.splitlines(keepends=True)]
     if mt == "application/json" or mt.endswith("+json"):
         return split_json_array(body)
+    if mt == "application/vnd.amazon.eventstream":
+        return split_event_stream(body)
     return [body]
+
+
+def split_event_stream(body: bytes) -> list[bytes]:
+    """One AWS event-stream frame per piece (each frame begins with its ``total_length``, u32
+    big-endian); a frame cut short, or a length that cannot be one, is the last piece."""
+    pieces: list[bytes] = []
+    start = 0
+    while start + 4 <= len(body):
+        total = int.from_bytes(body[start : start + 4], "big")
+        if total < 16 or start + total > len(body):
+            break
+        pieces.append(body[start : start + total])
+        start += total
+    if start < len(body):
+        pieces.append(body[start:])
+    return pieces
 
 
 def split_sse(body: bytes) -> list[bytes]:

@@ -253,6 +253,8 @@ SAMPLE_REQUESTS: dict[str, tuple[str, dict[str, str], dict[str, str] | None]] = 
     "gemini": ("/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse", {}, None),
     "ollama": ("/api/chat", {}, None),
     "vercel.ui": ("/api/chat", {}, {"content-type": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}),
+    "bedrock.converse": ("/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse-stream", {}, None),
+    "bedrock.invoke": ("/model/anthropic.claude-3-5-sonnet-20240620-v1:0/invoke-with-response-stream", {}, None),
 }
 
 
