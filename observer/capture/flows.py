@@ -166,6 +166,11 @@ class FlowTable:
             return
         self._record(state, facts)
 
+    def record(self, state: FlowState, facts: ResponseFacts) -> None:
+        """Makes the record of a flow whose facts the caller has (``capture.sockets``: a
+        WebSocket turn): as for a finished flow (``_record``)."""
+        self._record(state, facts)
+
     def _record(self, state: FlowState, facts: ResponseFacts) -> None:
         """Assembles the record, removes echoes of the request's credential values and
         credentials in its request ids (``observer.redact.redact_record``), and submits it."""

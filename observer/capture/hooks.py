@@ -15,6 +15,9 @@ mitmproxy's own readers and drives these hooks with them). Hook use follows mitm
   per-flow stream callable (``capture.tap.StreamTap``) returns every chunk unchanged.
 - ``response`` / ``error`` (mutually exclusive), ``client_disconnected``, ``done``: finish the
   record (``capture.flows.FlowTable.finish``).
+- ``websocket_start`` / ``websocket_message`` / ``websocket_end``: a WebSocket on an LLM host
+  that a socket dialect reads (``DialectRegistry.classify_websocket``) gives one record per turn
+  (``capture.sockets``); every socket's ``flow.websocket.messages`` is kept to its newest.
 
 Fail open: no exception leaves a hook or the stream callable. A failure stops observation of
 that flow, the bytes keep flowing, and the record carries an ``observer_error`` violation.
@@ -43,6 +46,7 @@ from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.guard import Resolved, UpstreamGuard, build_guard, is_local, literal, resolve
 from observer.capture.request import RequestTap, declared_too_large, flow_record_id, read_request, skeleton
+from observer.capture.sockets import Socket, SocketRecorder
 from observer.capture.tap import StreamTap
 from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, did_you_mean, settings_from_options
 from observer.dialects.base import Dialect, RequestView
@@ -96,6 +100,7 @@ class LLMAudit:
         self._otlp: SpanExport | None = None
         self._alerts: tuple[AlertEngine, AlertDispatcher] | None = None
         self._flows = FlowTable(sink=sink, observe=self._observe)
+        self._sockets = SocketRecorder(self._flows, Settings.model_construct().limits)
         self._custom_sink = sink is not None
         self._journal: Journal | None = None
         self._drainer: Drainer | None = None
@@ -231,6 +236,7 @@ class LLMAudit:
                 raise exceptions.OptionsError(f"observer_alerts_file: {exc}") from None
         self._settings = settings
         self._limits = settings.limits
+        self._sockets.limits = settings.limits
         self._hosts = settings.llm_host_list
         self._intercept_all = settings.intercept == "all"
         self._guard = None  # rebuilt with the new settings at the next connection
@@ -404,6 +410,8 @@ class LLMAudit:
         now = time.time()
         for state in self._flows.take_all():
             self._flows.finish(state, StreamEnd(EndCause.SHUTDOWN, now, transport_error="observer shut down"))
+        for sock in list(self._sockets.sockets.values()):  # WebSocket turns still open: interrupted
+            self._sockets.end(sock, None, now, shutdown=True)
         if isinstance(self._backend, FailoverBackend):
             self._backend.close(timeout_s=10.0)
         metrics, self._metrics_writer = self._metrics_writer, None
@@ -766,6 +774,69 @@ class LLMAudit:
             state.violations = [v for v in state.violations if v.kind not in reread]
             state.violations += read.violations
         return state
+
+    # ----- WebSocket (capture.sockets) -----
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        """A WebSocket on an LLM host that a socket dialect reads (``classify_websocket``) is
+        observed from here; any other passes unobserved."""
+        try:
+            view = _request_view(flow)
+            dialect = self._registry.classify_websocket(view, self._is_llm_host(flow))
+            if dialect is None:
+                return
+            req = flow.request
+            http_facts = {
+                "scheme": req.scheme,
+                "host": req.host,
+                "port": req.port,
+                "path": req.path,
+                "method": req.method,
+                "http_version": req.http_version,
+            }
+            sock = Socket(
+                flow.id,
+                flow.client_conn.id,
+                dialect,
+                dialect.new_session(),
+                view,
+                http_facts,
+                header_secrets(view.headers),
+            )
+            self._sockets.sockets[flow.id] = sock
+        except Exception:
+            self._hook_failed("websocket_start")
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """Sits on the relay path (mitmproxy forwards the message after it returns): keeps
+        ``flow.websocket.messages`` to the newest message on every socket (memory; later addons
+        still see ``messages[-1]``), and hands an observed socket's message to its session."""
+        ws = flow.websocket
+        if ws is None or not ws.messages:
+            return
+        message = ws.messages[-1]
+        if len(ws.messages) > 1:
+            del ws.messages[:-1]
+        sock = self._sockets.sockets.get(flow.id)
+        if sock is None:
+            return
+        try:
+            self._sockets.message(sock, message.from_client, message.content, message.timestamp)
+        except Exception:
+            self._hook_failed("websocket_message")
+            self._sockets.fail(sock, "websocket_message", time.time())
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        """The socket closed: its open turns are recorded (``client_aborted`` when the client
+        closed it, else ``truncated``)."""
+        sock = self._sockets.sockets.get(flow.id)
+        if sock is None:
+            return
+        try:
+            ws = flow.websocket
+            self._sockets.end(sock, ws.closed_by_client if ws is not None else None, time.time())
+        except Exception:
+            self._hook_failed("websocket_end")
+            self._sockets.fail(sock, "websocket_end", time.time())
 
     def _is_llm_host(self, flow: http.HTTPFlow) -> bool:
         """The request goes to an LLM host: its connection's host (or the ``Host`` it names)

@@ -52,6 +52,17 @@ class DialectRegistry:
                 return dialect
         return current
 
+    def classify_websocket(self, request: RequestView, llm_host: bool = True) -> Dialect | None:
+        """The socket dialect (one with ``matches_websocket`` and ``new_session``) for the
+        WebSocket upgrade ``request``, or ``None``; only on an LLM host (``observer.hosts``)."""
+        if not llm_host:
+            return None
+        for dialect in self._dialects:
+            matches = getattr(dialect, "matches_websocket", None)
+            if matches is not None and matches(request):
+                return dialect
+        return None
+
     def get(self, name: str) -> Dialect:
         """The dialect called ``name``; ``KeyError`` if there is none."""
         for dialect in self._dialects:
@@ -67,6 +78,7 @@ def default_registry() -> DialectRegistry:
     its response header."""
     from observer.dialects.anthropic import AnthropicDialect
     from observer.dialects.bedrock import BedrockConverseDialect, BedrockInvokeDialect
+    from observer.dialects.copilot import CopilotDialect
     from observer.dialects.gemini import GeminiDialect
     from observer.dialects.ollama import OllamaDialect
     from observer.dialects.openai_chat import OpenAIChatDialect
@@ -85,6 +97,7 @@ def default_registry() -> DialectRegistry:
             VercelUIDialect(),
             BedrockConverseDialect(),
             BedrockInvokeDialect(),
+            CopilotDialect(),
         ]
     )
 

@@ -1,0 +1,162 @@
+"""WebSocket observation: one socket's turns turned into records (issue 15 item 2).
+
+mitmproxy relays a WebSocket message only after its ``websocket_message`` hook returns (shared
+reference binary-formats §1.1), so the work per message here is small and bounded: the socket
+dialect's session (``observer.dialects.copilot.CopilotSession``: framing and turn tracking)
+and, per open turn, a ``Reassembler`` fed in this process (no worker: a turn's messages are few
+and each is framed already). A turn's record is made when its session says it closed, or when
+the socket ends or the proxy stops (then with what arrived). The hooks (``capture.hooks``) pass
+plain values: this module does not import mitmproxy.
+
+Records: one per turn, its id a UUID 5 of the flow id and the turn's key (``turn_record_id``),
+its request the upgrade request's HTTP facts (URL credentials redacted, status 101) with the
+turn's request facts, its start the client message that opened the turn. Memory: a socket holds
+its session (bounded decoders), its open turns (each a bounded ``Reassembler``) and at most
+``MAX_OPEN_TURNS`` of them: a client opening more without closing any gets its oldest recorded
+as interrupted (an ``oversize_record`` violation says why).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from observer.capture.flows import FlowState, FlowTable
+from observer.capture.request import FLOW_NAMESPACE, skeleton
+from observer.dialects.base import RequestView
+from observer.dialects.copilot import TurnClosed, TurnEvents, TurnOpened
+from observer.limits import Limits
+from observer.reassembly import EndCause, Reassembler
+from observer.records import Violation, ViolationKind, utc_from_epoch
+from observer.response import ResponseFacts
+
+log = logging.getLogger(__name__)
+
+#: Turns one socket may have open at once.
+MAX_OPEN_TURNS = 16
+
+
+def turn_record_id(flow_id: str, key: str, n: int) -> str:
+    """The record id of the ``n``-th turn (0-based) with key ``key`` of the socket flow ``flow_id``."""
+    return str(uuid.uuid5(FLOW_NAMESPACE, f"mitmproxy-websocket:{flow_id}:{n}:{key}"))
+
+
+@dataclass(slots=True)
+class _Open:
+    state: FlowState
+    reassembler: Reassembler
+    started_s: float
+
+
+@dataclass(slots=True)
+class Socket:
+    """One observed socket: its dialect and session, the upgrade request (``view``, ``http``:
+    scheme, host, port, path, method, http_version; ``secrets``: its header credentials), the open
+    turns by key, how many turns it has had, and its socket-level violations counted."""
+
+    flow_id: str
+    client_id: str
+    dialect: Any
+    session: Any
+    view: RequestView
+    http: dict[str, Any]
+    secrets: list[str]
+    turns: dict[str, _Open] = field(default_factory=dict)
+    count: int = 0
+    problems: int = 0
+
+
+class SocketRecorder:
+    """Applies sessions' effects to turns and records them through ``flows`` (``FlowTable``)."""
+
+    def __init__(self, flows: FlowTable, limits: Limits) -> None:
+        self._flows = flows
+        self.limits = limits  # the settings' (``configure`` replaces it)
+        self.sockets: dict[str, Socket] = {}  # flow id -> observed socket
+
+    def message(self, sock: Socket, from_client: bool, content: bytes, at_s: float) -> None:
+        """One WebSocket message of ``sock``."""
+        self._apply(sock, sock.session.feed(from_client, content, at_s))
+
+    def end(self, sock: Socket, by_client: bool | None, at_s: float, *, shutdown: bool = False) -> None:
+        """``sock`` ended (or the proxy stops): its open turns are recorded, it is forgotten."""
+        self._apply(sock, sock.session.close(by_client, at_s, shutdown=shutdown))
+        for key in list(sock.turns):  # any the session did not close
+            self._close(sock, key, EndCause.SHUTDOWN if shutdown else EndCause.UPSTREAM_FAILED, at_s)
+        self.sockets.pop(sock.flow_id, None)
+
+    def fail(self, sock: Socket, what: str, at_s: float) -> None:
+        """An observer failure on ``sock``: its open turns are recorded with an ``observer_error``
+        and the socket is no longer observed (its messages still pass)."""
+        for turn in sock.turns.values():
+            turn.reassembler.violation(Violation(ViolationKind.OBSERVER_ERROR, None, f"{what}: observation stopped"))
+        for key in list(sock.turns):
+            self._close(sock, key, EndCause.UPSTREAM_FAILED, at_s)
+        self.sockets.pop(sock.flow_id, None)
+
+    def _apply(self, sock: Socket, effects: list[Any]) -> None:
+        for effect in effects:
+            if isinstance(effect, TurnEvents):
+                turn = sock.turns.get(effect.key)
+                if turn is None:
+                    continue
+                r = turn.reassembler
+                for item in effect.items:
+                    if isinstance(item, Violation):
+                        r.violation(item)
+                    else:
+                        r.apply(item, effect.at_s)
+            elif isinstance(effect, TurnOpened):
+                self._open(sock, effect)
+            elif isinstance(effect, TurnClosed):
+                self._close(sock, effect.key, effect.cause, effect.at_s)
+            elif isinstance(effect, Violation):
+                sock.problems += 1
+                if sock.problems == 1:
+                    log.warning("observer: websocket %s%s: %s", sock.http["host"], sock.view.path_only, effect.detail)
+
+    def _open(self, sock: Socket, opened: TurnOpened) -> None:
+        if opened.key in sock.turns:  # the same key again: the earlier turn ends here
+            self._close(sock, opened.key, EndCause.CLIENT_ABORTED, opened.at_s)
+        if len(sock.turns) >= MAX_OPEN_TURNS:
+            oldest = next(iter(sock.turns))
+            sock.turns[oldest].reassembler.violation(
+                Violation(ViolationKind.OVERSIZE_RECORD, None, f"more than {MAX_OPEN_TURNS} turns open on one socket")
+            )
+            self._close(sock, oldest, EndCause.SHUTDOWN, opened.at_s)
+        removed = list(sock.secrets)
+        ex = skeleton(
+            sock.dialect,
+            scheme=sock.http["scheme"],
+            host=sock.http["host"],
+            port=sock.http["port"],
+            path=sock.http["path"],
+            method=sock.http["method"],
+            http_version=sock.http["http_version"],
+            started_at_s=opened.at_s,
+            removed=removed,
+            record_id=turn_record_id(sock.flow_id, opened.key, sock.count),
+        )
+        sock.count += 1
+        ex.status_code = 101
+        ex.request = opened.facts
+        state = FlowState(sock.dialect, ex, sock.view, sock.client_id, envelope_secrets=removed)
+        state.parsed = True
+        state.violations.extend(opened.violations)
+        reassembler = Reassembler(opened.facts.tool_names, opened.facts.request_id, limits=self.limits)
+        sock.turns[opened.key] = _Open(state, reassembler, opened.at_s)
+
+    def _close(self, sock: Socket, key: str, cause: EndCause, at_s: float) -> None:
+        turn = sock.turns.pop(key, None)
+        if turn is None:
+            return
+        facts = ResponseFacts()
+        turn.reassembler.finish(facts, cause, request_start_s=turn.started_s)
+        facts.ended_at = utc_from_epoch(at_s)
+        turn.state.finished = True
+        self._flows.record(turn.state, facts)
+
+
+__all__ = ["MAX_OPEN_TURNS", "Socket", "SocketRecorder", "turn_record_id"]

@@ -1,0 +1,358 @@
+"""Microsoft Copilot over WebSocket, SignalR hub protocol (``signalr.copilot``): the Bing /
+Copilot "Sydney" ChatHub (``sydney.bing.com/sydney/ChatHub``) and the M365 Copilot ChatHub
+(``substrate.office.com/m365Copilot/Chathub/{oid}@{tid}``).
+
+Sources: dotnet/aspnetcore ``src/SignalR/docs/specs/HubProtocol.md`` (message types, streaming
+semantics: a ``StreamInvocation`` answered by ``StreamItem``s and a ``Completion``; ``Close``);
+the shared reference binary-formats §2.3 ("What the observer does"), §3.1 (Sydney: the request
+``type:4 target:"chat"`` with ``arguments[0].message.text``; ``update`` invocations carrying the
+cumulative ``messages[].text``; the final ``type:2`` item with ``result.value``; ``type:3``),
+§3.2 (M365: ``writeAtCursor`` deltas, ``tone`` as the model selector); archived clients
+acheong08/EdgeGPT ``chathub.py`` and vsakkas/sydney.py (diffing the cumulative snapshots).
+
+A ``CopilotSession`` follows one socket: the client's and the server's WebSocket messages, in
+order, framed by ``observer.wire.signalr``; it says when a turn opens (with its request facts),
+what canonical events each server message adds to the open turn, and when the turn closes. One
+turn is one record. Pure: no I/O, no clock (times are passed in), nothing raises on bad input.
+
+Decisions:
+
+- A turn opens at a client ``StreamInvocation`` (type 4), or an ``Invocation`` (type 1) with an
+  ``invocationId``, whose target is ``chat``; its key is the invocation id. The prompt is
+  ``arguments[0].message.text`` (a ``{"role": "user", "content": ...}`` message); ``tone`` (M365:
+  ``Chat``, ``Reasoning``, ``Gpt_5_5_*``...) is the request's model; ``tone``, ``optionsSets``,
+  ``source``, ``streamingMode`` and the ``plugins`` asked for are its parameters; the conversation
+  id is metadata. Other client invocations (``Metrics`` telemetry, pings) are not turns.
+- Server ``update`` invocations carry no invocation id: they go to the one open turn (the newest
+  when several are open; Sydney allows one in flight per socket). Their text: M365's
+  ``writeAtCursor`` delta when present, else the bot's cumulative ``messages[].text`` (the last
+  message with ``author`` ``bot`` and no ``messageType``), of which only what extends the text
+  so far is new (a hub that sends ``{"text": ...}`` alone is read the same way). Messages with a ``messageType`` (``InternalSearchQuery``, ``Progress``, ...)
+  are the service's own steps: not the answer.
+- An answer replaced by an apology (``contentOrigin`` ``Apology``, the service retracting what it
+  wrote) stops the turn as ``content_filter`` (raw ``Apology``); the apology is a ``refusal``
+  block (index 1), the text streamed before stays in block 0: the record shows what was shown.
+- ``StreamItem`` (type 2): the final bot message completes the text (what extends it); a
+  ``result.value`` other than ``Success`` (``Throttled``, ``InvalidRequest``, ...) is an error
+  (code the value, message ``result.message``). ``Completion`` (type 3) ends the turn: cleanly,
+  or as an error with its ``error`` (code ``completion_error``; the stream still ended: no
+  ``missing_stream_end``). ``CancelInvocation`` (type 5) from the client ends it as
+  aborted by the client; a ``Close`` (type 7) with an error ends every open turn with that error.
+- No usage: the hub reports none (``throttling`` counts messages, not tokens). No tool calls:
+  the service's searches and plugins run on its side (recorded neither as calls nor as
+  undeclared tools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from observer.dialects.base import DialectBase, RequestView
+from observer.events import ContentDelta, ErrorEvent, StopEvent, StreamEnd, StreamStart
+from observer.reassembly import EndCause
+from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.signalr import HubMessage, HubMessageType, HubProtocol, decoder_for, parse_handshake
+
+V = ViolationKind
+T = HubMessageType
+PARAMETER_KEYS = ("tone", "optionsSets", "source", "streamingMode", "plugins")
+MAX_RECORD_BYTES = 1 << 20
+
+
+@dataclass(slots=True)
+class TurnOpened:
+    """A turn began (its record's request): ``key`` (the invocation id), the request ``facts``
+    and their ``violations``, ``at_s`` the client message's time (epoch seconds)."""
+
+    key: str
+    facts: RequestFacts
+    violations: list[Violation]
+    at_s: float
+
+
+@dataclass(slots=True)
+class TurnEvents:
+    """Canonical events and violations for the open turn ``key``, in wire order; ``at_s`` the
+    server message's time."""
+
+    key: str
+    items: list[Any]
+    at_s: float
+
+
+@dataclass(slots=True)
+class TurnClosed:
+    """Turn ``key`` ended: ``cause`` ``EOF`` for its protocol's own end (a ``Completion``, or a
+    ``Close``), ``CLIENT_ABORTED`` / ``UPSTREAM_FAILED`` / ``SHUTDOWN`` when the socket went."""
+
+    key: str
+    cause: EndCause
+    at_s: float
+
+
+SessionOut = list[TurnOpened | TurnEvents | TurnClosed | Violation]
+
+
+@dataclass(slots=True)
+class _Turn:
+    key: str
+    text: str = ""  # the answer so far (cumulative snapshots are diffed against it)
+    started: bool = False
+    refused: bool = False
+
+
+@dataclass(slots=True)
+class _Side:
+    """One direction of the socket: before its handshake, then its hub decoder."""
+
+    decoder: Any = None
+    handshake_done: bool = False
+    pending: list[Any] = field(default_factory=list)
+
+
+class CopilotDialect(DialectBase):
+    """``signalr.copilot``: a WebSocket on an LLM host whose path holds ``chathub`` (any case).
+    A socket dialect (``matches_websocket``, ``new_session``): no HTTP request is its own."""
+
+    name = "signalr.copilot"
+
+    def matches(self, request: RequestView) -> bool:
+        return False
+
+    def matches_websocket(self, request: RequestView) -> bool:
+        return "chathub" in request.path_only.lower()
+
+    def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
+        return RequestFacts(body_bytes=len(body)), []
+
+    def new_adapter(self, spec: Any) -> Any:
+        raise TypeError("signalr.copilot reads WebSocket messages (new_session), not HTTP responses")
+
+    def new_session(self) -> CopilotSession:
+        return CopilotSession()
+
+
+class CopilotSession:
+    """The turns of one Copilot ChatHub socket (module docstring). ``feed`` one WebSocket
+    message at a time, in the order mitmproxy relays them; ``close`` when the socket ends.
+    Socket-level problems (a bad handshake, an unknown protocol) are returned as violations
+    outside any turn (the caller logs or counts them)."""
+
+    def __init__(self) -> None:
+        self._client = _Side()
+        self._server = _Side()
+        self._protocol: HubProtocol | None = None
+        self._turns: dict[str, _Turn] = {}
+        self._dead = False  # a protocol this module cannot read: the socket is not observed
+
+    @property
+    def open_turns(self) -> int:
+        return len(self._turns)
+
+    def feed(self, from_client: bool, content: bytes, now_s: float) -> SessionOut:
+        """The effects of one WebSocket message (its ``content``: text messages UTF-8 encoded)."""
+        if self._dead:
+            return []
+        side = self._client if from_client else self._server
+        out: SessionOut = []
+        if not side.handshake_done:
+            content = self._handshake(side, from_client, content, out)
+            if content is None:
+                return out
+        for item in side.decoder.feed(content) if content else ():
+            if isinstance(item, Violation):
+                out.append(self._violation(item, now_s))
+            elif from_client:
+                self._client_message(item, now_s, out)
+            else:
+                self._server_message(item, now_s, out)
+        return out
+
+    def close(self, by_client: bool | None, now_s: float, shutdown: bool = False) -> SessionOut:
+        """The socket ended (``websocket_end``; ``by_client``: who closed it, ``None`` unknown;
+        ``shutdown``: the observer stops): every open turn closes with that cause."""
+        if shutdown:
+            cause = EndCause.SHUTDOWN
+        else:
+            cause = EndCause.CLIENT_ABORTED if by_client else EndCause.UPSTREAM_FAILED
+        out: SessionOut = [TurnClosed(key, cause, now_s) for key in self._turns]
+        self._turns.clear()
+        return out
+
+    # ----- handshake -----
+
+    def _handshake(self, side: _Side, from_client: bool, content: bytes, out: SessionOut) -> bytes | None:
+        """Reads a direction's first message; returns the records after the handshake (to feed),
+        or ``None`` when nothing more is to be read from it now."""
+        found = parse_handshake(content)
+        if isinstance(found, Violation):
+            out.append(found)
+            self._dead = True
+            return None
+        side.handshake_done = True
+        if from_client:
+            if found.protocol is None:
+                detail = f"SignalR protocol {found.protocol_name!r} is not read: the socket is not observed"
+                out.append(Violation(V.MALFORMED_FRAME, None, detail))
+                self._dead = True
+                return None
+            self._protocol = found.protocol
+            self._client.decoder = decoder_for(found.protocol, MAX_RECORD_BYTES)
+            self._server.decoder = decoder_for(found.protocol, MAX_RECORD_BYTES)
+        elif found.error is not None:
+            out.append(Violation(V.MALFORMED_FRAME, None, f"the hub refused the handshake: {found.error}"))
+            self._dead = True
+            return None
+        if side.decoder is None:  # the server answered before the client asked
+            self._dead = True
+            out.append(Violation(V.MALFORMED_FRAME, None, "a hub handshake response before its request"))
+            return None
+        return found.rest
+
+    def _violation(self, item: Violation, now_s: float) -> Violation | TurnEvents:
+        """A framing violation: the open turn's, if there is one."""
+        turn = self._open_turn()
+        return TurnEvents(turn.key, [item], now_s) if turn is not None else item
+
+    # ----- client -----
+
+    def _client_message(self, msg: HubMessage, now_s: float, out: SessionOut) -> None:
+        if msg.type in (T.STREAM_INVOCATION, T.INVOCATION) and msg.invocation_id and msg.target == "chat":
+            facts, violations = _request(msg)
+            self._turns[msg.invocation_id] = _Turn(msg.invocation_id)
+            out.append(TurnOpened(msg.invocation_id, facts, violations, now_s))
+        elif msg.type == T.CANCEL_INVOCATION and msg.invocation_id in self._turns:
+            del self._turns[msg.invocation_id]
+            out.append(TurnClosed(msg.invocation_id, EndCause.CLIENT_ABORTED, now_s))
+
+    # ----- server -----
+
+    def _open_turn(self) -> _Turn | None:
+        return next(reversed(self._turns.values()), None)
+
+    def _server_message(self, msg: HubMessage, now_s: float, out: SessionOut) -> None:
+        if msg.type == T.INVOCATION and msg.target == "update":
+            turn = self._open_turn()
+            if turn is not None:
+                out.append(TurnEvents(turn.key, self._update(turn, msg.arguments), now_s))
+        elif msg.type == T.STREAM_ITEM and msg.invocation_id in self._turns:
+            turn = self._turns[msg.invocation_id]
+            out.append(TurnEvents(turn.key, self._item(turn, msg.item), now_s))
+        elif msg.type == T.COMPLETION and msg.invocation_id in self._turns:
+            turn = self._turns.pop(msg.invocation_id)
+            items = self._start(turn)
+            if msg.error:  # the invocation ended, with an error: the protocol's own end all the same
+                items.append(ErrorEvent(None, "completion_error", msg.error))
+            items.append(StreamEnd(None))
+            out.append(TurnEvents(turn.key, items, now_s))
+            out.append(TurnClosed(turn.key, EndCause.EOF, now_s))
+        elif msg.type == T.CLOSE:  # with an error: each open turn ends with it; without: cut off
+            for key, turn in list(self._turns.items()):
+                if msg.error:
+                    out.append(
+                        TurnEvents(
+                            key, [*self._start(turn), ErrorEvent(None, "close", msg.error), StreamEnd(None)], now_s
+                        )
+                    )
+                out.append(TurnClosed(key, EndCause.EOF if msg.error else EndCause.UPSTREAM_FAILED, now_s))
+            self._turns.clear()
+
+    def _start(self, turn: _Turn) -> list[Any]:
+        if turn.started:
+            return []
+        turn.started = True
+        return [StreamStart(None, None, None)]
+
+    def _update(self, turn: _Turn, arguments: Any) -> list[Any]:
+        items = self._start(turn)
+        arg = arguments[0] if isinstance(arguments, list) and arguments else None
+        if not isinstance(arg, Mapping):
+            items.append(Violation(V.INVALID_EVENT, None, "update: arguments[0] is not an object"))
+            return items
+        delta = arg.get("writeAtCursor")
+        if isinstance(delta, str):
+            if delta and not turn.refused:
+                turn.text += delta
+                items.append(ContentDelta(None, 0, delta, "text"))
+            return items
+        bot = _bot_message(arg.get("messages"))
+        if bot is None and isinstance(arg.get("text"), str):  # a plain hub's {"text": cumulative}
+            bot = arg
+        if bot is not None:
+            self._snapshot(turn, bot, items)
+        return items
+
+    def _item(self, turn: _Turn, item: Any) -> list[Any]:
+        items = self._start(turn)
+        if not isinstance(item, Mapping):
+            items.append(Violation(V.INVALID_EVENT, None, "the stream item is not an object"))
+            return items
+        bot = _bot_message(item.get("messages"))
+        if bot is not None:
+            self._snapshot(turn, bot, items)
+        result = item.get("result")
+        if isinstance(result, Mapping):
+            value, message = result.get("value"), result.get("message")
+            if isinstance(value, str) and value != "Success":
+                items.append(ErrorEvent(None, value, message if isinstance(message, str) else None))
+        return items
+
+    def _snapshot(self, turn: _Turn, bot: Mapping[str, Any], items: list[Any]) -> None:
+        """A cumulative bot message: what extends the answer so far is new text; an apology
+        that replaces it stops the turn (module docstring)."""
+        text = bot.get("text")
+        if not isinstance(text, str) or turn.refused:
+            return
+        if bot.get("contentOrigin") == "Apology":
+            turn.refused = True
+            items.append(ContentDelta(None, 1, text, "refusal"))
+            items.append(StopEvent(None, "content_filter", "Apology"))
+            return
+        if text.startswith(turn.text):
+            new = text[len(turn.text) :]
+            if new:
+                turn.text = text
+                items.append(ContentDelta(None, 0, new, "text"))
+        elif not turn.text.startswith(text):  # rewritten, not only behind: said, not guessed at
+            items.append(
+                Violation(V.INVALID_EVENT, None, "an update rewrote the answer so far; the rest is not recorded")
+            )
+            turn.refused = True
+
+
+def _bot_message(messages: Any) -> Mapping[str, Any] | None:
+    """The last message of ``author`` ``bot`` without a ``messageType`` (the answer itself)."""
+    if not isinstance(messages, list):
+        return None
+    for m in reversed(messages):
+        if isinstance(m, Mapping) and m.get("author") == "bot" and m.get("messageType") is None:
+            return m
+    return None
+
+
+def _request(msg: HubMessage) -> tuple[RequestFacts, list[Violation]]:
+    """The request facts of a ``chat`` invocation (module docstring)."""
+    violations: list[Violation] = []
+    facts = RequestFacts(stream=True, body_bytes=msg.size_bytes)
+    arg = msg.arguments[0] if msg.arguments else None
+    if not isinstance(arg, Mapping):
+        violations.append(Violation(V.INVALID_REQUEST, None, "chat: arguments[0] is not an object"))
+        return facts, violations
+    message = arg.get("message")
+    text = message.get("text") if isinstance(message, Mapping) else None
+    if isinstance(text, str):
+        facts.messages = [{"role": "user", "content": text}]
+    else:
+        violations.append(Violation(V.INVALID_REQUEST, None, "chat: no message.text"))
+    tone = arg.get("tone")
+    facts.model = tone if isinstance(tone, str) else None
+    facts.parameters = {k: arg[k] for k in PARAMETER_KEYS if k in arg}
+    conversation = arg.get("conversationId")
+    if isinstance(conversation, str):
+        facts.metadata = {"conversationId": conversation}
+    return facts, violations
+
+
+__all__ = ["CopilotDialect", "CopilotSession", "TurnClosed", "TurnEvents", "TurnOpened"]

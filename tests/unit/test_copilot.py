@@ -1,0 +1,284 @@
+"""Copilot over WebSocket (``signalr.copilot``): the SignalR hub traffic fixtures of
+``tests/fixtures/wire/signalr/`` (Sydney and M365 ChatHub shapes of the shared reference
+binary-formats §3.1-3.2, MessagePack as pysignalr and @microsoft/signalr speak it) driven through
+``CopilotSession`` and ``capture.sockets.SocketRecorder`` as the WebSocket hooks drive them, one
+message at a time. Expected records are written by hand from the fixtures' messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer.capture.flows import FlowTable
+from observer.capture.sockets import Socket, SocketRecorder, turn_record_id
+from observer.dialects.base import RequestView
+from observer.dialects.copilot import CopilotDialect
+from observer.dialects.registry import default_registry
+from observer.limits import DEFAULT_LIMITS
+from observer.records import Exchange
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wire" / "signalr"
+PROMPT = "Wie ist das Wetter in Wien?"
+A3 = "Hello, this is Bing. The weather in Vienna is sunny, 24 °C."
+SYDNEY_PARAMETERS = {"source": "cib", "optionsSets": ["nlu_direct_response_filter", "deepleo", "h3imaginative"]}
+
+
+def replay(name: str, *, close: bool = True) -> tuple[list[Exchange], Socket]:
+    """The fixture's messages through a recorder; the socket closed as the fixture says."""
+    case = json.loads((FIXTURES / f"{name}.ws.json").read_text())
+    records: list[Exchange] = []
+    flows = FlowTable(sink=lambda r: records.append(r) or True)
+    recorder = SocketRecorder(flows, DEFAULT_LIMITS)
+    url = case["url"].removeprefix("wss://")
+    host, _, path = url.partition("/")
+    dialect = CopilotDialect()
+    sock = Socket(
+        "flow-1",
+        "client-1",
+        dialect,
+        dialect.new_session(),
+        RequestView("GET", host, "/" + path, {}),
+        {"scheme": "https", "host": host, "port": 443, "path": "/" + path, "method": "GET", "http_version": "HTTP/1.1"},
+        [],
+    )
+    recorder.sockets["flow-1"] = sock
+    t = 1_780_000_000.0
+    for m in case["messages"]:
+        t += 0.25
+        content = m["text"].encode() if "text" in m else bytes.fromhex(m["hex"])
+        recorder.message(sock, m["from_client"], content, t)
+    if close:
+        recorder.end(sock, case["close"]["by_client"], t + 0.25)
+    return records, sock
+
+
+def summary(r: Exchange) -> dict[str, Any]:
+    d = r.to_dict()
+    return {
+        "dialect": d["dialect"],
+        "status_code": d["status_code"],
+        "messages": d["request"]["messages"],
+        "request_model": d["request_model"],
+        "text": d["text"],
+        "blocks": [(b["index"], b["type"], b["text"]) for b in d["blocks"]],
+        "stop": (d["stop_reason"], d["stop_reason_raw"]),
+        "usage_reported": d["usage"]["reported"],
+        "error": d["error"],
+        "outcome": d["outcome"],
+        "violations": [v["kind"] for v in d["violations"]],
+    }
+
+
+def test_the_registry_finds_the_chathub_sockets_on_llm_hosts_only():
+    registry = default_registry()
+    hub = RequestView("GET", "sydney.bing.com", "/sydney/ChatHub?id=t", {})
+    assert registry.classify_websocket(hub).name == "signalr.copilot"
+    assert (
+        registry.classify_websocket(RequestView("GET", "x", "/m365Copilot/Chathub/o@t", {})).name == "signalr.copilot"
+    )
+    assert registry.classify_websocket(hub, llm_host=False) is None
+    assert registry.classify_websocket(RequestView("GET", "x", "/socket", {})) is None
+    assert (
+        registry.classify(RequestView("GET", "sydney.bing.com", "/sydney/ChatHub", {})) is None
+    )  # not an HTTP dialect
+
+
+def test_a_sydney_turn():
+    (record,), sock = replay("sydney_turn")
+    assert summary(record) == {
+        "dialect": "signalr.copilot",
+        "status_code": 101,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "request_model": None,
+        "text": A3,
+        "blocks": [(0, "text", A3)],
+        "stop": (None, None),
+        "usage_reported": False,
+        "error": None,
+        "outcome": "completed",
+        "violations": [],
+    }
+    d = record.to_dict()
+    assert d["request"]["parameters"] == SYDNEY_PARAMETERS and d["request"]["metadata"] == {"conversationId": "conv-1"}
+    assert d["path"] == "/sydney/ChatHub" and d["method"] == "GET"
+    assert d["ttft_s"] == pytest.approx(0.75)  # the first text, three messages after the chat request
+    assert record.id == turn_record_id("flow-1", "0", 0) and sock.turns == {}
+
+
+def test_an_m365_turn_of_write_at_cursor_deltas_and_its_token_redacted():
+    (record,), _ = replay("m365_turn")
+    s = summary(record)
+    assert (s["text"], s["request_model"], s["outcome"]) == (
+        "The meeting agreed on Q3 goals.",
+        "Reasoning",
+        "completed",
+    )
+    assert s["messages"] == [{"role": "user", "content": "Summarise my last meeting"}]
+    assert "eyJhbGciOiJub25lIn0" not in record.path and "access_token=" in record.path
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (
+            "sydney_apology",
+            {
+                "text": "I'm sorry, I",
+                "blocks": [(0, "text", "I'm sorry, I"), (1, "refusal", "I'm sorry, I cannot help with that.")],
+                "stop": ("content_filter", "Apology"),
+                "error": None,
+                "outcome": "completed",
+                "violations": [],
+            },
+        ),
+        (
+            "sydney_throttled",
+            {
+                "text": "",
+                "blocks": [],
+                "stop": (None, None),
+                "error": {"code": "Throttled", "message": "Request is throttled."},
+                "outcome": "error",
+                "violations": [],
+            },
+        ),
+        (
+            "sydney_completion_error",
+            {
+                "text": "Hello, this is",
+                "blocks": [(0, "text", "Hello, this is")],
+                "stop": (None, None),
+                "error": {"code": "completion_error", "message": "An unexpected error occurred."},
+                "outcome": "error",
+                "violations": [],
+            },
+        ),
+        (
+            "sydney_close_error",
+            {
+                "text": "Hello, this is",
+                "blocks": [(0, "text", "Hello, this is")],
+                "stop": (None, None),
+                "error": {"code": "close", "message": "Connection closed with an error."},
+                "outcome": "error",
+                "violations": [],
+            },
+        ),
+        (
+            "sydney_dropped",
+            {
+                "text": "Hello, this is Bing. The weather",
+                "blocks": [(0, "text", "Hello, this is Bing. The weather")],
+                "stop": (None, None),
+                "error": None,
+                "outcome": "truncated",
+                "violations": ["missing_stream_end"],
+            },
+        ),
+        (
+            "msgpack_pysignalr",
+            {
+                "text": A3,
+                "blocks": [(0, "text", A3)],
+                "stop": (None, None),
+                "error": None,
+                "outcome": "completed",
+                "violations": [],
+            },
+        ),
+        (
+            "msgpack_js",
+            {
+                "text": "Hi there",
+                "blocks": [(0, "text", "Hi there")],
+                "stop": (None, None),
+                "error": {"code": "completion_error", "message": "Stream failed: quota exceeded."},
+                "outcome": "error",
+                "violations": [],
+            },
+        ),
+    ],
+)
+def test_turn_endings(name, expected):
+    (record,), _ = replay(name)
+    s = summary(record)
+    assert {k: s[k] for k in expected} == expected
+
+
+def test_a_socket_closed_by_the_client_mid_turn_and_the_proxy_stopping():
+    records, sock = replay("sydney_dropped", close=False)
+    assert records == [] and len(sock.turns) == 1
+    recorder_records: list[Exchange] = []
+    flows = FlowTable(sink=lambda r: recorder_records.append(r) or True)
+    recorder = SocketRecorder(flows, DEFAULT_LIMITS)
+    recorder.sockets[sock.flow_id] = sock
+    recorder.end(sock, True, 1_780_000_010.0)
+    (record,) = recorder_records
+    assert record.outcome == "client_aborted" and record.text == "Hello, this is Bing. The weather"
+    records, sock = replay("sydney_dropped", close=False)
+    flows = FlowTable(sink=lambda r: recorder_records.append(r) or True)
+    recorder = SocketRecorder(flows, DEFAULT_LIMITS)
+    recorder.end(sock, None, 1_780_000_010.0, shutdown=True)
+    assert recorder_records[-1].outcome == "interrupted"
+
+
+def test_a_hub_protocol_it_cannot_read_leaves_the_socket_unobserved():
+    dialect = CopilotDialect()
+    session = dialect.new_session()
+    out = session.feed(True, b'{"protocol":"blazorpack","version":1}\x1e', 1.0)
+    assert [v.kind for v in out] == ["malformed_frame"] and "blazorpack" in out[0].detail
+    assert session.feed(True, b'{"type":4,"target":"chat","invocationId":"0","arguments":[{}]}\x1e', 2.0) == []
+
+
+# ----- through the addon's hooks (mitmproxy's own test flows) -----
+
+
+def ws_flow(host: str, path: str):
+    from mitmproxy.test import tflow
+
+    f = tflow.twebsocketflow(messages=False)
+    f.request.host, f.request.path, f.request.scheme = host, path, "https"
+    f.request.headers["authorization"] = "Bearer sk-hub-secret-0123456789"
+    return f
+
+
+def send(addon, f, from_client: bool, text: str) -> None:
+    from mitmproxy import websocket
+
+    f.websocket.messages.append(websocket.WebSocketMessage(1, from_client, text.encode(), 1_780_000_000.0))
+    addon.websocket_message(f)
+
+
+def test_the_hooks_record_a_turn_and_keep_one_message():
+    from mitmproxy.test import taddons
+
+    from observer.capture.hooks import LLMAudit
+
+    records: list[Exchange] = []
+    addon = LLMAudit(sink=lambda r: records.append(r) or True)
+    case = json.loads((FIXTURES / "sydney_turn.ws.json").read_text())
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, observer_llm_hosts_extra="chat.corp.example")
+        f = ws_flow("chat.corp.example", "/sydney/ChatHub?access_token=tok-9")
+        other = ws_flow("elsewhere.example", "/sydney/ChatHub")  # not an LLM host
+        addon.websocket_start(f)
+        addon.websocket_start(other)
+        for m in case["messages"]:
+            send(addon, f, m["from_client"], m["text"])
+            send(addon, other, m["from_client"], m["text"])
+            assert len(f.websocket.messages) == 1 and len(other.websocket.messages) == 1  # trimmed, both
+        f.websocket.closed_by_client = True
+        addon.websocket_end(f)
+        addon.websocket_end(other)
+    (record,) = records
+    assert (record.dialect, record.host, record.text, record.outcome) == (
+        "signalr.copilot",
+        "chat.corp.example",
+        A3,
+        "completed",
+    )
+    assert "tok-9" not in record.path and record.id == turn_record_id(f.id, "0", 0)
+    assert "sk-hub-secret" not in json.dumps(record.to_dict())
