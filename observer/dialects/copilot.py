@@ -49,10 +49,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from observer.dialects.base import DialectBase, RequestView
 from observer.events import ContentDelta, ErrorEvent, StopEvent, StreamEnd, StreamStart
 from observer.reassembly import EndCause
 from observer.records import RequestFacts, Violation, ViolationKind
+from observer.wire.jsonseq import JsonSequenceDecoder
 from observer.wire.signalr import HubMessage, HubMessageType, HubProtocol, decoder_for, parse_handshake
 
 V = ViolationKind
@@ -355,4 +358,132 @@ def _request(msg: HubMessage) -> tuple[RequestFacts, list[Violation]]:
     return facts, violations
 
 
-__all__ = ["CopilotDialect", "CopilotSession", "TurnClosed", "TurnEvents", "TurnOpened"]
+class CopilotChatDialect(DialectBase):
+    """``websocket.copilot``: consumer Copilot's chat socket (``copilot.microsoft.com/c/api/chat``),
+    which is not SignalR: JSON events, several concatenated in one message without a separator.
+
+    Source: shared reference binary-formats §3.3 (HusnainRKI/ms-copilot-gateway's client and the
+    frame list of its CDP client; a public HAR write-up): the client's ``send``
+    (``content[].text``, ``mode``: ``chat``, ``smart``, ``deep-research``), the server's
+    ``startMessage``, ``appendText`` deltas, ``partCompleted``, ``done``; ``challenge``,
+    ``received``, ``titleUpdate``, ``suggestedFollowups`` and pings carry no answer. One ``send``
+    opens a turn (``mode`` its request model; the conversation id metadata), ``done`` ends it; an
+    ``error`` event (its shape is not documented: ``code``/``message`` read where present) ends it
+    with that error. No usage, no tool calls."""
+
+    name = "websocket.copilot"
+
+    def matches(self, request: RequestView) -> bool:
+        return False
+
+    def matches_websocket(self, request: RequestView) -> bool:
+        return request.path_only.rstrip("/").lower().endswith("/c/api/chat")
+
+    def parse_request(self, body: bytes, request: RequestView) -> tuple[RequestFacts, list[Violation]]:
+        return RequestFacts(body_bytes=len(body)), []
+
+    def new_adapter(self, spec: Any) -> Any:
+        raise TypeError("websocket.copilot reads WebSocket messages (new_session), not HTTP responses")
+
+    def new_session(self) -> CopilotChatSession:
+        return CopilotChatSession()
+
+
+class CopilotChatSession:
+    """The turns of one consumer Copilot chat socket (``CopilotChatDialect``); the same effects
+    as ``CopilotSession``."""
+
+    def __init__(self) -> None:
+        self._client = JsonSequenceDecoder(MAX_RECORD_BYTES)
+        self._server = JsonSequenceDecoder(MAX_RECORD_BYTES)
+        self._open: _Turn | None = None
+        self._count = 0
+
+    @property
+    def open_turns(self) -> int:
+        return 0 if self._open is None else 1
+
+    def feed(self, from_client: bool, content: bytes, now_s: float) -> SessionOut:
+        out: SessionOut = []
+        for item in (self._client if from_client else self._server).feed(content):
+            if isinstance(item, Violation):
+                out.append(TurnEvents(self._open.key, [item], now_s) if self._open is not None else item)
+                continue
+            try:
+                event = orjson.loads(item[1])
+            except orjson.JSONDecodeError as exc:
+                out.append(Violation(V.INVALID_JSON, None, f"a chat socket event: {exc}"))
+                continue
+            if isinstance(event, dict):
+                (self._client_event if from_client else self._server_event)(event, now_s, out)
+        return out
+
+    def close(self, by_client: bool | None, now_s: float, shutdown: bool = False) -> SessionOut:
+        if self._open is None:
+            return []
+        cause = EndCause.SHUTDOWN if shutdown else EndCause.CLIENT_ABORTED if by_client else EndCause.UPSTREAM_FAILED
+        key, self._open = self._open.key, None
+        return [TurnClosed(key, cause, now_s)]
+
+    def _client_event(self, event: dict[str, Any], now_s: float, out: SessionOut) -> None:
+        if event.get("event") != "send":
+            return
+        if self._open is not None:  # a new message before the answer ended: the earlier one is cut off
+            out.append(TurnClosed(self._open.key, EndCause.CLIENT_ABORTED, now_s))
+        self._count += 1
+        self._open = _Turn(f"send-{self._count}")
+        facts = RequestFacts(stream=True)
+        violations: list[Violation] = []
+        content = event.get("content")
+        texts = (
+            [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            if isinstance(content, list)
+            else []
+        )
+        if texts:
+            facts.messages = [{"role": "user", "content": "".join(texts)}]
+        else:
+            violations.append(Violation(V.INVALID_REQUEST, None, "send: no text content"))
+        mode = event.get("mode")
+        facts.model = mode if isinstance(mode, str) else None
+        if isinstance(event.get("conversationId"), str):
+            facts.metadata = {"conversationId": event["conversationId"]}
+        out.append(TurnOpened(self._open.key, facts, violations, now_s))
+
+    def _server_event(self, event: dict[str, Any], now_s: float, out: SessionOut) -> None:
+        turn = self._open
+        if turn is None:
+            return
+        name = event.get("event")
+        items: list[Any] = []
+        if not turn.started and name in ("startMessage", "appendText", "done", "error"):
+            turn.started = True
+            items.append(StreamStart(None, None, None))
+        if name == "appendText" and isinstance(event.get("text"), str):
+            items.append(ContentDelta(None, 0, event["text"], "text"))
+        elif name == "done":
+            items.append(StreamEnd(None))
+        elif name == "error":
+            code, message = event.get("code"), event.get("message")
+            items.append(
+                ErrorEvent(
+                    None, code if isinstance(code, str) else "error", message if isinstance(message, str) else None
+                )
+            )
+            items.append(StreamEnd(None))
+        if items:
+            out.append(TurnEvents(turn.key, items, now_s))
+        if name in ("done", "error"):
+            self._open = None
+            out.append(TurnClosed(turn.key, EndCause.EOF, now_s))
+
+
+__all__ = [
+    "CopilotChatDialect",
+    "CopilotChatSession",
+    "CopilotDialect",
+    "CopilotSession",
+    "TurnClosed",
+    "TurnEvents",
+    "TurnOpened",
+]

@@ -78,7 +78,7 @@ def default_registry() -> DialectRegistry:
     its response header."""
     from observer.dialects.anthropic import AnthropicDialect
     from observer.dialects.bedrock import BedrockConverseDialect, BedrockInvokeDialect
-    from observer.dialects.copilot import CopilotDialect
+    from observer.dialects.copilot import CopilotChatDialect, CopilotDialect
     from observer.dialects.gemini import GeminiDialect
     from observer.dialects.ollama import OllamaDialect
     from observer.dialects.openai_chat import OpenAIChatDialect
@@ -98,6 +98,7 @@ def default_registry() -> DialectRegistry:
             BedrockConverseDialect(),
             BedrockInvokeDialect(),
             CopilotDialect(),
+            CopilotChatDialect(),
         ]
     )
 

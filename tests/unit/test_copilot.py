@@ -26,7 +26,7 @@ A3 = "Hello, this is Bing. The weather in Vienna is sunny, 24 °C."
 SYDNEY_PARAMETERS = {"source": "cib", "optionsSets": ["nlu_direct_response_filter", "deepleo", "h3imaginative"]}
 
 
-def replay(name: str, *, close: bool = True) -> tuple[list[Exchange], Socket]:
+def replay(name: str, *, close: bool = True, dialect: Any = None) -> tuple[list[Exchange], Socket]:
     """The fixture's messages through a recorder; the socket closed as the fixture says."""
     case = json.loads((FIXTURES / f"{name}.ws.json").read_text())
     records: list[Exchange] = []
@@ -34,7 +34,7 @@ def replay(name: str, *, close: bool = True) -> tuple[list[Exchange], Socket]:
     recorder = SocketRecorder(flows, DEFAULT_LIMITS)
     url = case["url"].removeprefix("wss://")
     host, _, path = url.partition("/")
-    dialect = CopilotDialect()
+    dialect = dialect or CopilotDialect()
     sock = Socket(
         "flow-1",
         "client-1",
@@ -282,3 +282,28 @@ def test_the_hooks_record_a_turn_and_keep_one_message():
     )
     assert "tok-9" not in record.path and record.id == turn_record_id(f.id, "0", 0)
     assert "sk-hub-secret" not in json.dumps(record.to_dict())
+
+
+def test_consumer_copilots_chat_socket():
+    """Not SignalR: concatenated JSON events; ``send`` opens the turn, ``appendText`` deltas
+    (two in one message without a separator), ``done`` ends it; ``titleUpdate`` after it is not
+    a turn."""
+    from observer.dialects.copilot import CopilotChatDialect
+
+    assert (
+        default_registry()
+        .classify_websocket(RequestView("GET", "copilot.microsoft.com", "/c/api/chat?api-version=2", {}))
+        .name
+        == "websocket.copilot"
+    )
+    (record,), _ = replay("copilot_consumer", dialect=CopilotChatDialect())
+    s = summary(record)
+    assert (s["dialect"], s["messages"], s["request_model"]) == (
+        "websocket.copilot",
+        [{"role": "user", "content": PROMPT}],
+        "smart",
+    )
+    assert (s["text"], s["outcome"], s["violations"]) == ('Hallo "Wien" {sonnig}, 24 °C – tschüß', "completed", [])
+    assert record.to_dict()["request"]["metadata"] == {"conversationId": "c-1"}
+    records, _ = replay("copilot_consumer_ok", dialect=CopilotChatDialect())
+    assert records == []  # the server's events alone: no send, no turn
