@@ -43,6 +43,10 @@ SUITES: list[tuple[str, int, int]] = [
     ("bulk", 180, 90),
     ("scaleout", 180, 90),
     ("memory", 900, 120),
+    ("metrics", 120, 60),
+    ("envelope", 120, 60),
+    ("signalr", 120, 60),
+    ("websocket", 240, 90),
 ]
 
 
