@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observer.capture.flows import FlowState, FlowTable
-from observer.capture.request import FLOW_NAMESPACE, skeleton
+from observer.capture.request import FLOW_NAMESPACE, redacted, skeleton
 from observer.dialects.base import RequestView
 from observer.dialects.copilot import TurnClosed, TurnEvents, TurnOpened
 from observer.limits import Limits
@@ -145,6 +145,9 @@ class SocketRecorder:
         state = FlowState(sock.dialect, ex, sock.view, sock.client_id, envelope_secrets=removed)
         state.parsed = True
         state.violations.extend(opened.violations)
+        # Credential-named fields of the request (as for an HTTP request: observer.redact), and
+        # their values scrubbed from the answer too.
+        state.secrets = redacted(opened.facts, state.violations)
         reassembler = Reassembler(opened.facts.tool_names, opened.facts.request_id, limits=self.limits)
         sock.turns[opened.key] = _Open(state, reassembler, opened.at_s)
 

@@ -307,3 +307,46 @@ def test_consumer_copilots_chat_socket():
     assert record.to_dict()["request"]["metadata"] == {"conversationId": "c-1"}
     records, _ = replay("copilot_consumer_ok", dialect=CopilotChatDialect())
     assert records == []  # the server's events alone: no send, no turn
+
+
+def test_credential_fields_of_a_chat_invocation_are_redacted():
+    """As in an HTTP request (``observer.redact``): a credential-named parameter of the chat
+    invocation is not stored, nor is its value where an error echoes it; the generated text is
+    kept as generated (as for every dialect)."""
+    records: list[Exchange] = []
+    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
+    dialect = CopilotDialect()
+    sock = Socket(
+        "f",
+        "c",
+        dialect,
+        dialect.new_session(),
+        RequestView("GET", "h", "/ChatHub", {}),
+        {"scheme": "https", "host": "h", "port": 443, "path": "/ChatHub", "method": "GET", "http_version": "HTTP/1.1"},
+        [],
+    )
+    chat = {
+        "type": 4,
+        "target": "chat",
+        "invocationId": "1",
+        "arguments": [
+            {
+                "message": {"author": "user", "text": "hi"},
+                "plugins": [{"Id": "x", "api_key": "sk-live-0123456789abcdef"}],
+            }
+        ],
+    }
+    recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
+    recorder.message(sock, False, b"{}\x1e", 1.1)
+    recorder.message(sock, True, json.dumps(chat).encode() + b"\x1e", 1.2)
+    update = {
+        "type": 1,
+        "target": "update",
+        "arguments": [{"messages": [{"author": "bot", "text": "your key sk-live-0123456789abcdef"}]}],
+    }
+    recorder.message(sock, False, json.dumps(update).encode() + b"\x1e", 1.3)
+    recorder.message(sock, False, b'{"type":3,"invocationId":"1","error":"bad key sk-live-0123456789abcdef"}\x1e', 1.4)
+    (record,) = records
+    d = record.to_dict()
+    assert "sk-live-0123456789abcdef" not in json.dumps(d["request"]) + json.dumps(d["error"])
+    assert d["request"]["parameters"]["plugins"][0]["Id"] == "x" and d["text"] == "your key sk-live-0123456789abcdef"
