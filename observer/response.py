@@ -25,7 +25,9 @@ class ResponseSpec:
     ``path`` (the request path, credentials redacted: per-endpoint framings), the request's
     declared ``tool_names`` (draft §8.2 ``undeclared_tool``), its correlation ``request_id``
     (draft §4.6), whether it asked for a stream (``request_stream``; ``None``: it did not say),
-    and the ``limits``."""
+    the ``limits``, and the per-message encoding of an enveloped stream (``message_encoding``:
+    the ``connect-content-encoding`` or ``grpc-encoding`` response header as sent, ``None`` when
+    absent or not given; ``observer.wire.frames.EnvelopeFramer``)."""
 
     dialect: str
     status_code: int
@@ -37,6 +39,7 @@ class ResponseSpec:
     request_id: str | None = None
     request_stream: bool | None = None
     limits: Limits = DEFAULT_LIMITS
+    message_encoding: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the journal keeps it with an open exchange); ``from_dict`` inverts it."""

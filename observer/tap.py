@@ -21,6 +21,11 @@ is not ASCII, take the general path: the message in its text form
 are reported as the dialect says; the record is the same either way
 (tests/unit/test_fast_lane.py). This module knows no framing: a new one is a framer that returns
 messages, and a ``Framing`` name.
+
+A *binary* framing (``Framing.binary``: Connect, gRPC, gRPC-Web envelopes around protobuf) has a
+path of its own, chosen once per response: each message tuple goes as it is to the adapter's
+``on_binary(message)`` (no JSON parse, no text decoding), or, for an adapter without one, to
+``on_message`` as an ``observer.wire.frames.BinaryFrame``; the SSE/JSON path above is untouched.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from observer.reassembly import EndCause, Reassembler
 from observer.records import Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 from observer.wire.content import ContentDecoder, make_decoder
-from observer.wire.frames import JSONFrame, Message, make_framer, text_message
+from observer.wire.frames import JSONFrame, Message, binary_frame, make_framer, text_message
 
 _log = logging.getLogger("observer.tap")  # bugs caught by feed_pending (fail open), with their traceback
 
@@ -115,7 +120,10 @@ class StreamObserver:
             None
             if framing is None
             else make_framer(
-                framing, max_event_bytes=limits.max_event_bytes, max_json_body_bytes=limits.max_json_body_bytes
+                framing,
+                max_event_bytes=limits.max_event_bytes,
+                max_json_body_bytes=limits.max_json_body_bytes,
+                encoding=spec.message_encoding,
             )
         )
         self._decoder: ContentDecoder | None = None
@@ -141,6 +149,13 @@ class StreamObserver:
         # ``feed``'s short way: plain bytes straight to the framer (false once observation stops).
         self._plain = self._identity and self._framer is not None and not self._broken
         self._frame = self._framer.feed if self._framer is not None else None
+        if framing is not None and framing.binary:  # its own dispatch; the JSON path is not touched
+            on_binary = getattr(self._adapter, "on_binary", None)
+            if on_binary is None:
+                on_message = self._adapter.on_message
+                on_binary = lambda message: on_message(binary_frame(message))  # noqa: E731
+            self._on_binary = on_binary
+            self._dispatch = self._dispatch_binary  # type: ignore[method-assign]
 
     @property
     def needs_arrival_times(self) -> bool:
@@ -242,6 +257,24 @@ class StreamObserver:
                         self._lost_body = self._whole_body
         finally:
             self._messages = m
+
+    def _dispatch_binary(self, items: list[Message | Violation], now_s: float) -> None:
+        """``_dispatch`` for a binary framing: each message counted (cap ``max_stream_events``)
+        and handed whole to the adapter's ``on_binary``; violations as in ``_dispatch``."""
+        r = self._reassembler
+        on_binary = self._on_binary
+        cap = self._cap
+        for item in items:
+            if item.__class__ is tuple:
+                self._messages += 1
+                if self._messages > cap:
+                    self._over_cap()
+                    return
+                self._apply(on_binary(item), now_s)
+            else:
+                r.violation(item)  # type: ignore[arg-type]
+                if item.kind == ViolationKind.OVERSIZE_EVENT:  # type: ignore[union-attr]
+                    self._adapter.on_lost()
 
     def _mapped(self, message: Message, obj: object, now_s: float) -> None:
         """The general mapping of a counted, parsed message (no fast-lane hit): the adapter's

@@ -36,6 +36,7 @@ BODY_TYPES = {
     ".json": "application/json",
     ".txt": "text/plain",
     ".eventstream": "application/vnd.amazon.eventstream",
+    ".connect": "application/connect+proto",
 }
 
 

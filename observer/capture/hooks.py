@@ -662,6 +662,7 @@ class LLMAudit:
                 request_id=request.request_id,
                 request_stream=request.stream,
                 limits=self._limits,
+                message_encoding=resp.headers.get("connect-content-encoding") or resp.headers.get("grpc-encoding"),
             )
             flush_bytes = self._backend.open(state.key, spec)
             state.opened = True

@@ -22,6 +22,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from observer.capture.flows import FlowState, FlowTable
 from observer.capture.request import FLOW_NAMESPACE, redacted, skeleton
@@ -30,6 +31,7 @@ from observer.dialects.copilot import TurnClosed, TurnEvents, TurnOpened
 from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
 from observer.records import Violation, ViolationKind, utc_from_epoch
+from observer.redact import REDACTED
 from observer.response import ResponseFacts
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,25 @@ class Socket:
     turns: dict[str, _Open] = field(default_factory=dict)
     count: int = 0
     problems: int = 0
+
+
+def redact_params(path: str, names: tuple[str, ...], removed: list[str]) -> str:
+    """``path`` with the values of the query parameters ``names`` (case-insensitive) replaced by
+    ``REDACTED`` (appended to ``removed``): the ones a socket dialect knows to be secrets though
+    ``observer.redact`` does not name them (SignalR's ``id``, the connection token, ASP.NET
+    SignalR "TransportProtocols.md": it must be kept private)."""
+    base, sep, query = path.partition("?")
+    if not sep or not names:
+        return path
+    wanted = {n.lower() for n in names}
+    parts = []
+    for part in query.split("&"):
+        key, eq, value = part.partition("=")
+        if eq and value and key.lower() in wanted:
+            removed.append(unquote(value))
+            part = f"{key}={REDACTED}"
+        parts.append(part)
+    return base + "?" + "&".join(parts)
 
 
 class SocketRecorder:
@@ -127,12 +148,13 @@ class SocketRecorder:
             )
             self._close(sock, oldest, EndCause.SHUTDOWN, opened.at_s)
         removed = list(sock.secrets)
+        path = redact_params(sock.http["path"], getattr(sock.dialect, "secret_query_params", ()), removed)
         ex = skeleton(
             sock.dialect,
             scheme=sock.http["scheme"],
             host=sock.http["host"],
             port=sock.http["port"],
-            path=sock.http["path"],
+            path=path,
             method=sock.http["method"],
             http_version=sock.http["http_version"],
             started_at_s=opened.at_s,

@@ -36,8 +36,8 @@ Decisions:
   ``result.value`` other than ``Success`` (``Throttled``, ``InvalidRequest``, ...) is an error
   (code the value, message ``result.message``). ``Completion`` (type 3) ends the turn: cleanly,
   or as an error with its ``error`` (code ``completion_error``; the stream still ended: no
-  ``missing_stream_end``). ``CancelInvocation`` (type 5) from the client ends it as
-  aborted by the client; a ``Close`` (type 7) with an error ends every open turn with that error.
+  ``missing_stream_end``). ``CancelInvocation`` (type 5) or a ``Close`` (type 7, the JS client's ``stop()``)
+  from the client ends it as aborted by the client; a ``Close`` (type 7) with an error ends every open turn with that error.
 - No usage: the hub reports none (``throttling`` counts messages, not tokens). No tool calls:
   the service's searches and plugins run on its side (recorded neither as calls nor as
   undeclared tools).
@@ -120,6 +120,8 @@ class CopilotDialect(DialectBase):
     A socket dialect (``matches_websocket``, ``new_session``): no HTTP request is its own."""
 
     name = "signalr.copilot"
+    #: The negotiated connection token rides in the socket's URL (``?id=``): a secret.
+    secret_query_params = ("id",)
 
     def matches(self, request: RequestView) -> bool:
         return False
@@ -229,6 +231,9 @@ class CopilotSession:
         elif msg.type == T.CANCEL_INVOCATION and msg.invocation_id in self._turns:
             del self._turns[msg.invocation_id]
             out.append(TurnClosed(msg.invocation_id, EndCause.CLIENT_ABORTED, now_s))
+        elif msg.type == T.CLOSE:  # the client's Close (the JS client's stop()): its open turns end here
+            out.extend(TurnClosed(key, EndCause.CLIENT_ABORTED, now_s) for key in self._turns)
+            self._turns.clear()
 
     # ----- server -----
 

@@ -78,6 +78,7 @@ def default_registry() -> DialectRegistry:
     its response header."""
     from observer.dialects.anthropic import AnthropicDialect
     from observer.dialects.bedrock import BedrockConverseDialect, BedrockInvokeDialect
+    from observer.dialects.connect import CursorDialect, UnknownConnectDialect, WindsurfDialect
     from observer.dialects.copilot import CopilotChatDialect, CopilotDialect
     from observer.dialects.gemini import GeminiDialect
     from observer.dialects.ollama import OllamaDialect
@@ -99,6 +100,9 @@ def default_registry() -> DialectRegistry:
             BedrockInvokeDialect(),
             CopilotDialect(),
             CopilotChatDialect(),
+            CursorDialect(),
+            WindsurfDialect(),
+            UnknownConnectDialect(),  # any other Connect/gRPC stream on an LLM host: last
         ]
     )
 

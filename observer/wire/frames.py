@@ -26,6 +26,11 @@ is a module here that returns these tuples plus a ``Framing`` name in :func:`mak
 - ``json``: the whole body as one message, at the end (``WholeBodyFramer``): non-streaming answers.
 - ``event_stream``: one message per AWS event-stream frame (``EventStreamFramer`` over
   ``observer.wire.eventstream``): Amazon Bedrock's streams.
+- ``connect``, ``grpc``, ``grpc_web``, ``grpc_web_text``: one message per 5-byte envelope
+  (``EnvelopeFramer`` over ``observer.wire.envelope``): Connect streaming, gRPC, gRPC-Web (and its
+  base64 text form). These are *binary* framings (``Framing.binary``): their messages' data is a
+  protobuf payload, never parsed as JSON nor decoded to text by the tap; it goes to the adapter's
+  ``on_binary`` (or ``on_message`` with a ``BinaryFrame``).
 
 Also what the line and array framers share: ``positive_size`` (their bound's check) and
 ``nbytes`` (sizes in violation details).
@@ -61,11 +66,24 @@ class Framing(enum.StrEnum):
     JSON_ARRAY = "json_array"
     JSON = "json"
     EVENT_STREAM = "event_stream"
+    CONNECT = "connect"
+    GRPC = "grpc"
+    GRPC_WEB = "grpc_web"
+    GRPC_WEB_TEXT = "grpc_web_text"
 
     @property
     def whole_body(self) -> bool:
         """True when the framing's one message is the whole body (a non-streaming answer)."""
         return self is Framing.JSON
+
+    @property
+    def binary(self) -> bool:
+        """True when the messages' data is binary (protobuf): the tap hands each message tuple to
+        the adapter's ``on_binary`` instead of parsing it as JSON (``observer.tap``)."""
+        return self in _BINARY
+
+
+_BINARY = frozenset({Framing.CONNECT, Framing.GRPC, Framing.GRPC_WEB, Framing.GRPC_WEB_TEXT})
 
 
 Message = tuple  # (event: bytes | None, data: bytes, id: str | None, retry: int | None, size_bytes: int)
@@ -198,9 +216,85 @@ class EventStreamFramer:
         return out
 
 
-def make_framer(framing: Framing, *, max_event_bytes: int, max_json_body_bytes: int):
+END_STREAM_EVENT = b"end-stream"
+TRAILERS_EVENT = b"trailers"
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryFrame:
+    """The message of a binary framing as ``on_message`` gets it when an adapter has no
+    ``on_binary``: ``event`` ``""`` for a data message, ``"end-stream"`` (Connect end-stream
+    envelope: ``data`` its JSON) or ``"trailers"`` (gRPC-Web trailer frame: ``data`` the JSON of
+    its trailer dict); ``data`` the (decompressed) payload, as bytes; ``size_bytes`` on the wire."""
+
+    event: str
+    data: bytes
+    size_bytes: int
+
+
+def binary_frame(message: Message) -> BinaryFrame:
+    """The ``BinaryFrame`` of a binary framing's message tuple."""
+    event, data, _id, _retry, size = message
+    return BinaryFrame((event or b"").decode("ascii"), data, size)
+
+
+class EnvelopeFramer:
+    """Connect / gRPC / gRPC-Web envelopes (``observer.wire.envelope``) as messages: one per
+    envelope, ``data`` its payload decompressed; ``event`` ``None`` for a data message,
+    ``b"end-stream"`` for a Connect end-stream envelope (``data``: its JSON as sent),
+    ``b"trailers"`` for a gRPC-Web trailer frame (``data``: the JSON of its trailer dict, keys
+    lower-cased, ``grpc-message`` percent-decoded); ``size_bytes`` the envelope's bytes on the
+    wire. ``encoding`` is the stream's message encoding (``connect-content-encoding`` /
+    ``grpc-encoding``); when the response did not say (``None``), a compressed envelope is read as
+    gzip, the encoding every Connect and gRPC implementation sends by default (binary-formats
+    §1.2: connectrpc compresses every envelope so). The decoder's violations pass on; envelopes
+    are capped at ``max_event_bytes`` (also their decompressed size)."""
+
+    def __init__(self, framing: Framing, max_event_bytes: int, encoding: str | None = None) -> None:
+        from observer.wire.envelope import CONNECT, GRPC, GRPC_WEB, EnvelopeDecoder, GrpcWebTextDecoder
+
+        codec = encoding if encoding and encoding.strip() else "gzip"
+        if framing is Framing.GRPC_WEB_TEXT:
+            self._decoder = GrpcWebTextDecoder(encoding=codec, max_message_bytes=max_event_bytes)
+        else:
+            protocol = {Framing.CONNECT: CONNECT, Framing.GRPC: GRPC, Framing.GRPC_WEB: GRPC_WEB}[framing]
+            self._decoder = EnvelopeDecoder(protocol, codec, max_message_bytes=max_event_bytes)
+
+    def feed(self, data: bytes) -> list[Message | Violation]:
+        return self._messages(self._decoder.feed(data))
+
+    def close(self) -> list[Message | Violation]:
+        return self._messages(self._decoder.close())
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._decoder.buffered_bytes
+
+    @property
+    def end_stream_seen(self) -> bool:
+        return self._decoder.end_stream_seen
+
+    @staticmethod
+    def _messages(items: list) -> list[Message | Violation]:
+        out: list[Message | Violation] = []
+        for item in items:
+            if isinstance(item, Violation):
+                out.append(item)
+            elif item.trailers is not None:
+                out.append((TRAILERS_EVENT, orjson.dumps(item.trailers), None, None, item.size_bytes))
+            elif item.end_stream:
+                out.append((END_STREAM_EVENT, item.payload, None, None, item.size_bytes))
+            else:
+                out.append((None, item.payload, None, None, item.size_bytes))
+        return out
+
+
+def make_framer(framing: Framing, *, max_event_bytes: int, max_json_body_bytes: int, encoding: str | None = None):
     """A fresh framer for ``framing``; ``max_event_bytes`` caps one streamed message and
-    ``max_json_body_bytes`` a whole non-streaming body (bytes)."""
+    ``max_json_body_bytes`` a whole non-streaming body (bytes); ``encoding`` is the message
+    encoding of an enveloped framing (``EnvelopeFramer``), unused by the others."""
+    if framing in _BINARY:
+        return EnvelopeFramer(framing, max_event_bytes, encoding)
     if framing is Framing.SSE:
         from observer.wire.sse import SSEDecoder
 

@@ -350,3 +350,32 @@ def test_credential_fields_of_a_chat_invocation_are_redacted():
     d = record.to_dict()
     assert "sk-live-0123456789abcdef" not in json.dumps(d["request"]) + json.dumps(d["error"])
     assert d["request"]["parameters"]["plugins"][0]["Id"] == "x" and d["text"] == "your key sk-live-0123456789abcdef"
+
+
+def test_the_connection_token_is_redacted_and_a_client_close_aborts_the_turn():
+    """Found by the end-to-end peers: SignalR's ``?id=<connectionToken>`` stayed in the stored
+    path (the token is a secret: ASP.NET SignalR TransportProtocols.md), and the JS client's
+    ``stop()`` (a Close message, type 7, from the client) was not read as the client's abort."""
+    records: list[Exchange] = []
+    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
+    dialect = CopilotDialect()
+    path = "/sydney/ChatHub?id=tok-secret-1&x=1"
+    sock = Socket(
+        "f",
+        "c",
+        dialect,
+        dialect.new_session(),
+        RequestView("GET", "h", path, {}),
+        {"scheme": "https", "host": "h", "port": 443, "path": path, "method": "GET", "http_version": "HTTP/1.1"},
+        [],
+    )
+    chat = {"type": 4, "target": "chat", "invocationId": "1", "arguments": [{"message": {"text": "hi"}}]}
+    update = {"type": 1, "target": "update", "arguments": [{"messages": [{"author": "bot", "text": "Hel"}]}]}
+    recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
+    recorder.message(sock, False, b"{}\x1e", 1.1)
+    recorder.message(sock, True, json.dumps(chat).encode() + b"\x1e", 1.2)
+    recorder.message(sock, False, json.dumps(update).encode() + b"\x1e", 1.3)
+    recorder.message(sock, True, b'{"type":7}\x1e', 1.4)
+    (record,) = records
+    assert (record.outcome, record.text) == ("client_aborted", "Hel")
+    assert record.path == "/sydney/ChatHub?id=REDACTED&x=1"
