@@ -19,6 +19,7 @@ as interrupted (an ``oversize_record`` violation says why).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from observer.dialects.base import RequestView
 from observer.dialects.copilot import TurnClosed, TurnEvents, TurnOpened
 from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
-from observer.records import Violation, ViolationKind, utc_from_epoch
+from observer.records import RequestFacts, Violation, ViolationKind, utc_from_epoch
 from observer.redact import REDACTED
 from observer.response import ResponseFacts
 
@@ -137,6 +138,8 @@ class SocketRecorder:
                 sock.problems += 1
                 if sock.problems == 1:
                     log.warning("observer: websocket %s%s: %s", sock.http["host"], sock.view.path_only, effect.detail)
+                    if not sock.turns:  # nothing of it recorded otherwise: say so (trial finding)
+                        self._unreadable(sock, effect, at_s=time.time())
 
     def _open(self, sock: Socket, opened: TurnOpened) -> None:
         if opened.key in sock.turns:  # the same key again: the earlier turn ends here
@@ -172,6 +175,20 @@ class SocketRecorder:
         state.secrets = redacted(opened.facts, state.violations)
         reassembler = Reassembler(opened.facts.tool_names, opened.facts.request_id, limits=self.limits)
         sock.turns[opened.key] = _Open(state, reassembler, opened.at_s)
+
+    def _unreadable(self, sock: Socket, problem: Violation, at_s: float) -> None:
+        """A record for a socket on an LLM host whose traffic cannot be read (its first problem,
+        outside any turn: a bad or missing handshake, a protocol not read here, broken framing):
+        its HTTP facts, the violation, outcome ``unreadable``; at most one per socket."""
+        key = "unreadable"
+        self._open(sock, TurnOpened(key, RequestFacts(), [], at_s))
+        turn = sock.turns.pop(key)
+        turn.reassembler.violation(problem)
+        facts = ResponseFacts()
+        turn.reassembler.finish(facts, EndCause.EOF, request_start_s=at_s, readable=False)
+        facts.ended_at = utc_from_epoch(at_s)
+        turn.state.finished = True
+        self._flows.record(turn.state, facts)
 
     def _close(self, sock: Socket, key: str, cause: EndCause, at_s: float) -> None:
         turn = sock.turns.pop(key, None)

@@ -62,6 +62,12 @@ V = ViolationKind
 T = HubMessageType
 PARAMETER_KEYS = ("tone", "optionsSets", "source", "streamingMode", "plugins")
 MAX_RECORD_BYTES = 1 << 20
+#: Characters of an answer a session keeps to diff snapshots (the record's default cap).
+MAX_TEXT_CHARS = 8 << 20
+#: Turns a session keeps open; a client opening more without ending any loses its oldest.
+MAX_OPEN_TURNS = 16
+#: Bytes of a handshake held while it arrives split over several messages.
+MAX_HANDSHAKE_BYTES = 4096
 
 
 @dataclass(slots=True)
@@ -100,10 +106,30 @@ SessionOut = list[TurnOpened | TurnEvents | TurnClosed | Violation]
 
 @dataclass(slots=True)
 class _Turn:
+    """An open turn: the answer so far as ``parts`` (deltas appended, joined only when a
+    cumulative snapshot must be compared: appending to one string would copy it per message),
+    ``length`` its characters; past ``MAX_TEXT_CHARS`` nothing more is kept (``capped``: the
+    record's own cap, ``max_stream_text_chars``, has cut it already)."""
+
     key: str
-    text: str = ""  # the answer so far (cumulative snapshots are diffed against it)
+    parts: list[str] = field(default_factory=list)
+    length: int = 0
+    capped: bool = False
     started: bool = False
     refused: bool = False
+
+    @property
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def add(self, text: str) -> None:
+        self.length += len(text)
+        if self.length > MAX_TEXT_CHARS:
+            self.capped, self.parts = True, []
+        elif not self.capped:
+            self.parts.append(text)
 
 
 @dataclass(slots=True)
@@ -112,7 +138,7 @@ class _Side:
 
     decoder: Any = None
     handshake_done: bool = False
-    pending: list[Any] = field(default_factory=list)
+    pending: bytes = b""  # a handshake split over messages, so far (at most MAX_HANDSHAKE_BYTES)
 
 
 class CopilotDialect(DialectBase):
@@ -156,6 +182,11 @@ class CopilotSession:
     def open_turns(self) -> int:
         return len(self._turns)
 
+    @property
+    def dead(self) -> bool:
+        """The socket cannot be read (its handshake failed or names a protocol not read here)."""
+        return self._dead
+
     def feed(self, from_client: bool, content: bytes, now_s: float) -> SessionOut:
         """The effects of one WebSocket message (its ``content``: text messages UTF-8 encoded)."""
         if self._dead:
@@ -190,7 +221,14 @@ class CopilotSession:
 
     def _handshake(self, side: _Side, from_client: bool, content: bytes, out: SessionOut) -> bytes | None:
         """Reads a direction's first message; returns the records after the handshake (to feed),
-        or ``None`` when nothing more is to be read from it now."""
+        or ``None`` when nothing more is to be read from it now. A handshake split over messages
+        (the transport promises no boundaries: trial finding) is joined, up to
+        ``MAX_HANDSHAKE_BYTES``."""
+        content = side.pending + content
+        side.pending = b""
+        if b"\x1e" not in content and len(content) < MAX_HANDSHAKE_BYTES:
+            side.pending = content
+            return None
         found = parse_handshake(content)
         if isinstance(found, Violation):
             out.append(found)
@@ -226,6 +264,12 @@ class CopilotSession:
     def _client_message(self, msg: HubMessage, now_s: float, out: SessionOut) -> None:
         if msg.type in (T.STREAM_INVOCATION, T.INVOCATION) and msg.invocation_id and msg.target == "chat":
             facts, violations = _request(msg)
+            if msg.invocation_id not in self._turns and len(self._turns) >= MAX_OPEN_TURNS:
+                oldest = next(iter(self._turns))
+                del self._turns[oldest]
+                detail = f"more than {MAX_OPEN_TURNS} turns open on one socket: no longer followed"
+                out.append(TurnEvents(oldest, [Violation(V.OVERSIZE_RECORD, None, detail)], now_s))
+                out.append(TurnClosed(oldest, EndCause.SHUTDOWN, now_s))
             self._turns[msg.invocation_id] = _Turn(msg.invocation_id)
             out.append(TurnOpened(msg.invocation_id, facts, violations, now_s))
         elif msg.type == T.CANCEL_INVOCATION and msg.invocation_id in self._turns:
@@ -282,7 +326,7 @@ class CopilotSession:
         delta = arg.get("writeAtCursor")
         if isinstance(delta, str):
             if delta and not turn.refused:
-                turn.text += delta
+                turn.add(delta)
                 items.append(ContentDelta(None, 0, delta, "text"))
             return items
         bot = _bot_message(arg.get("messages"))
@@ -311,19 +355,20 @@ class CopilotSession:
         """A cumulative bot message: what extends the answer so far is new text; an apology
         that replaces it stops the turn (module docstring)."""
         text = bot.get("text")
-        if not isinstance(text, str) or turn.refused:
+        if not isinstance(text, str) or turn.refused or turn.capped:
             return
         if bot.get("contentOrigin") == "Apology":
             turn.refused = True
             items.append(ContentDelta(None, 1, text, "refusal"))
             items.append(StopEvent(None, "content_filter", "Apology"))
             return
-        if text.startswith(turn.text):
-            new = text[len(turn.text) :]
+        so_far = turn.text
+        if text.startswith(so_far):
+            new = text[len(so_far) :]
             if new:
-                turn.text = text
+                turn.add(new)
                 items.append(ContentDelta(None, 0, new, "text"))
-        elif not turn.text.startswith(text):  # rewritten, not only behind: said, not guessed at
+        elif not so_far.startswith(text):  # rewritten, not only behind: said, not guessed at
             items.append(
                 Violation(V.INVALID_EVENT, None, "an update rewrote the answer so far; the rest is not recorded")
             )

@@ -379,3 +379,99 @@ def test_the_connection_token_is_redacted_and_a_client_close_aborts_the_turn():
     (record,) = records
     assert (record.outcome, record.text) == ("client_aborted", "Hel")
     assert record.path == "/sydney/ChatHub?id=REDACTED&x=1"
+
+
+# ----- break-it trial findings -----
+
+
+def _hub_socket(path: str = "/sydney/ChatHub"):
+    records: list[Exchange] = []
+    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
+    dialect = CopilotDialect()
+    sock = Socket(
+        "f",
+        "c",
+        dialect,
+        dialect.new_session(),
+        RequestView("GET", "h", path, {}),
+        {"scheme": "https", "host": "h", "port": 443, "path": path, "method": "GET", "http_version": "HTTP/1.1"},
+        [],
+    )
+    recorder.sockets["f"] = sock
+    return records, recorder, sock
+
+
+def _chat(invocation: str) -> bytes:
+    return (
+        json.dumps(
+            {"type": 4, "target": "chat", "invocationId": invocation, "arguments": [{"message": {"text": "hi"}}]}
+        ).encode()
+        + b"\x1e"
+    )
+
+
+def test_a_huge_answer_is_not_kept_whole_by_the_session():
+    """Trial finding: every writeAtCursor delta was appended to one string (copied per message,
+    never capped): 200 MB held and 135 ms per message at the end. Past the record's cap the
+    session keeps nothing more, and the record says it was cut."""
+    from observer.dialects.copilot import MAX_TEXT_CHARS
+
+    records, recorder, sock = _hub_socket()
+    recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
+    recorder.message(sock, False, b"{}\x1e", 1.1)
+    recorder.message(sock, True, _chat("1"), 1.2)
+    delta = "x" * (256 << 10)
+    for i in range(MAX_TEXT_CHARS // len(delta) + 4):
+        update = {"type": 1, "target": "update", "arguments": [{"writeAtCursor": delta}]}
+        recorder.message(sock, False, json.dumps(update).encode() + b"\x1e", 2.0 + i)
+    turn = sock.session._turns["1"]
+    assert turn.capped and turn.parts == []
+    recorder.message(sock, False, b'{"type":3,"invocationId":"1"}\x1e', 99.0)
+    (record,) = records
+    assert "oversize_stream" in [v.kind for v in record.violations] and len(record.text) <= MAX_TEXT_CHARS
+
+
+def test_open_turns_are_bounded_in_the_session_too():
+    """Trial finding: the recorder kept 16 turns open, but the session's own table grew with
+    every unanswered invocation (200,000 held)."""
+    from observer.dialects.copilot import MAX_OPEN_TURNS
+
+    records, recorder, sock = _hub_socket()
+    recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
+    recorder.message(sock, False, b"{}\x1e", 1.1)
+    for i in range(MAX_OPEN_TURNS + 5):
+        recorder.message(sock, True, _chat(str(i)), 2.0 + i)
+    assert sock.session.open_turns == MAX_OPEN_TURNS and len(sock.turns) == MAX_OPEN_TURNS
+    assert len(records) == 5 and all("oversize_record" in [v.kind for v in r.violations] for r in records)
+
+
+def test_a_handshake_split_over_two_messages_is_joined():
+    records, recorder, sock = _hub_socket()
+    recorder.message(sock, True, b'{"protocol":"json",', 1.0)
+    recorder.message(sock, True, b'"version":1}\x1e', 1.05)
+    recorder.message(sock, False, b"{}\x1e", 1.1)
+    recorder.message(sock, True, _chat("1"), 1.2)
+    update = {"type": 1, "target": "update", "arguments": [{"messages": [{"author": "bot", "text": "Done."}]}]}
+    recorder.message(sock, False, json.dumps(update).encode() + b"\x1e" + b'{"type":3,"invocationId":"1"}\x1e', 1.3)
+    (record,) = records
+    assert (record.text, record.outcome) == ("Done.", "completed")
+
+
+@pytest.mark.parametrize(
+    ("first", "said"),
+    [
+        (b'{"protocol":"blazorpack","version":1}\x1e', "blazorpack"),
+        (b'{"type":4,"target":"chat"}\x1e', ""),  # no handshake: a hub message first
+    ],
+)
+def test_a_socket_that_cannot_be_read_leaves_a_record_saying_so(first, said):
+    """Trial finding: a ChatHub socket whose handshake failed was not audited, and nothing said
+    so. It leaves one ``unreadable`` record with the reason."""
+    records, recorder, sock = _hub_socket()
+    recorder.message(sock, True, first, 1.0)
+    recorder.message(sock, True, _chat("1"), 1.2)
+    recorder.end(sock, True, 2.0)
+    (record,) = records
+    assert record.outcome == "unreadable" and record.status_code == 101
+    (violation,) = record.violations
+    assert violation.kind in ("malformed_frame", "invalid_json") and said in violation.detail
