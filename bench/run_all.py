@@ -46,7 +46,7 @@ SUITES: list[tuple[str, int, int]] = [
     ("metrics", 120, 60),
     ("envelope", 120, 60),
     ("signalr", 120, 60),
-    ("websocket", 240, 90),
+    ("sockets", 240, 90),
 ]
 
 

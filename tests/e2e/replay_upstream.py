@@ -63,6 +63,7 @@ BODY_TYPES = {
     ".json": "application/json",
     ".txt": "text/plain",
     ".eventstream": "application/vnd.amazon.eventstream",
+    ".connect": "application/connect+proto",
 }
 DEFAULT_GAP_MS = 100.0
 _SIDE_FILES = (".request.json", ".expected.json", ".meta.json")
@@ -163,7 +164,25 @@ def split_pieces(body: bytes, content_type: str, content_encoding: str | None = 
         return split_json_array(body)
     if mt == "application/vnd.amazon.eventstream":
         return split_event_stream(body)
+    if mt.startswith(("application/connect+", "application/grpc")):
+        return split_envelopes(body)
     return [body]
+
+
+def split_envelopes(body: bytes) -> list[bytes]:
+    """One Connect / gRPC envelope per piece (a flag byte, a u32 big-endian length, the
+    message); an envelope cut short is the last piece."""
+    pieces: list[bytes] = []
+    start = 0
+    while start + 5 <= len(body):
+        end = start + 5 + int.from_bytes(body[start + 1 : start + 5], "big")
+        if end > len(body):
+            break
+        pieces.append(body[start:end])
+        start = end
+    if start < len(body):
+        pieces.append(body[start:])
+    return pieces
 
 
 def split_event_stream(body: bytes) -> list[bytes]:

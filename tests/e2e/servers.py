@@ -255,6 +255,13 @@ SAMPLE_REQUESTS: dict[str, tuple[str, dict[str, str], dict[str, str] | None]] = 
     "vercel.ui": ("/api/chat", {}, {"content-type": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}),
     "bedrock.converse": ("/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse-stream", {}, None),
     "bedrock.invoke": ("/model/anthropic.claude-3-5-sonnet-20240620-v1:0/invoke-with-response-stream", {}, None),
+    "connect.cursor": ("/agent.v1.AgentService/Run", {"content-type": "application/connect+proto"}, None),
+    "connect.windsurf": (
+        "/exa.api_server_pb.ApiServerService/GetChatMessage",
+        {"content-type": "application/connect+proto"},
+        None,
+    ),
+    "connect.unknown": ("/acme.llm.v1.ChatService/Stream", {"content-type": "application/connect+proto"}, None),
 }
 
 

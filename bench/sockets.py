@@ -16,7 +16,7 @@ socket.
 
 Targets (observer - baseline): p50 <= +0.3 ms, p99 <= +1 ms (the issue's, as for SSE).
 
-    .venv/bin/python bench/websocket.py [--smoke] [--turns 30] [--messages 100] [--json out.json]
+    .venv/bin/python bench/sockets.py [--smoke] [--turns 30] [--messages 100] [--json out.json]
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.turns, args.messages = 3, 20
     started = time.monotonic()
-    report = Report("websocket", smoke=args.smoke)
+    report = Report("sockets", smoke=args.smoke)
     from websockets.asyncio.server import serve
 
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as tmp:
