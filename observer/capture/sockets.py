@@ -11,9 +11,9 @@ plain values: this module does not import mitmproxy.
 Records: one per turn, its id a UUID 5 of the flow id and the turn's key (``turn_record_id``),
 its request the upgrade request's HTTP facts (URL credentials redacted, status 101) with the
 turn's request facts, its start the client message that opened the turn. Memory: a socket holds
-its session (bounded decoders), its open turns (each a bounded ``Reassembler``) and at most
-``MAX_OPEN_TURNS`` of them: a client opening more without closing any gets its oldest recorded
-as interrupted (an ``oversize_record`` violation says why).
+its session (bounded decoders) and its open turns (each a bounded ``Reassembler``); how many may
+be open is the session's to bound (``observer.dialects.copilot.MAX_OPEN_TURNS``: past it the
+session closes its oldest, with an ``oversize_record`` violation).
 """
 
 from __future__ import annotations
@@ -36,9 +36,6 @@ from observer.redact import REDACTED
 from observer.response import ResponseFacts
 
 log = logging.getLogger(__name__)
-
-#: Turns one socket may have open at once.
-MAX_OPEN_TURNS = 16
 
 
 def turn_record_id(flow_id: str, key: str, n: int) -> str:
@@ -144,12 +141,6 @@ class SocketRecorder:
     def _open(self, sock: Socket, opened: TurnOpened) -> None:
         if opened.key in sock.turns:  # the same key again: the earlier turn ends here
             self._close(sock, opened.key, EndCause.CLIENT_ABORTED, opened.at_s)
-        if len(sock.turns) >= MAX_OPEN_TURNS:
-            oldest = next(iter(sock.turns))
-            sock.turns[oldest].reassembler.violation(
-                Violation(ViolationKind.OVERSIZE_RECORD, None, f"more than {MAX_OPEN_TURNS} turns open on one socket")
-            )
-            self._close(sock, oldest, EndCause.SHUTDOWN, opened.at_s)
         removed = list(sock.secrets)
         path = redact_params(sock.http["path"], getattr(sock.dialect, "secret_query_params", ()), removed)
         ex = skeleton(
@@ -182,23 +173,20 @@ class SocketRecorder:
         its HTTP facts, the violation, outcome ``unreadable``; at most one per socket."""
         key = "unreadable"
         self._open(sock, TurnOpened(key, RequestFacts(), [], at_s))
-        turn = sock.turns.pop(key)
-        turn.reassembler.violation(problem)
-        facts = ResponseFacts()
-        turn.reassembler.finish(facts, EndCause.EOF, request_start_s=at_s, readable=False)
-        facts.ended_at = utc_from_epoch(at_s)
-        turn.state.finished = True
-        self._flows.record(turn.state, facts)
+        sock.turns[key].reassembler.violation(problem)
+        self._close(sock, key, EndCause.EOF, at_s, readable=False)
 
-    def _close(self, sock: Socket, key: str, cause: EndCause, at_s: float) -> None:
+    def _close(self, sock: Socket, key: str, cause: EndCause, at_s: float, *, readable: bool = True) -> None:
+        """Records turn ``key`` (if open) as ended by ``cause`` at ``at_s``; ``readable`` false:
+        its traffic could not be read (outcome ``unreadable``, no ``missing_stream_end``)."""
         turn = sock.turns.pop(key, None)
         if turn is None:
             return
         facts = ResponseFacts()
-        turn.reassembler.finish(facts, cause, request_start_s=turn.started_s)
+        turn.reassembler.finish(facts, cause, request_start_s=turn.started_s, readable=readable)
         facts.ended_at = utc_from_epoch(at_s)
         turn.state.finished = True
         self._flows.record(turn.state, facts)
 
 
-__all__ = ["MAX_OPEN_TURNS", "Socket", "SocketRecorder", "turn_record_id"]
+__all__ = ["Socket", "SocketRecorder", "turn_record_id"]

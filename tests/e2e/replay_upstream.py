@@ -15,7 +15,7 @@ in the path):
 - header ``x-test-id`` / query ``tid``: key of the exchange log (``wait_exchange(tid)``).
 
 What is sent (``fixture_response``): the status, ``Content-Type`` (the case's ``meta.json``
-``content_type``, else by extension like ``tests/wirefeed.py``: ``.sse`` text/event-stream,
+``content_type``, else by extension, ``tests/wirefeed.py``'s ``BODY_TYPES``: ``.sse`` text/event-stream,
 ``.ndjson`` application/x-ndjson, ``.json`` application/json, ``.txt`` text/plain),
 ``Content-Encoding`` and extra ``response_headers`` of the case's meta, then the body bytes
 exactly as stored, cut into pieces (``split_pieces``), one piece per HTTP/1.1 chunk / HTTP/2 DATA
@@ -55,16 +55,9 @@ if __package__ in (None, ""):  # script mode: make ``tests.e2e.upstream`` import
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.e2e.upstream import UpstreamExchange, UpstreamServer, send_event
+from tests.wirefeed import BODY_TYPES  # the fixtures' extensions and their media types: one table
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wire"
-BODY_TYPES = {
-    ".sse": "text/event-stream",
-    ".ndjson": "application/x-ndjson",
-    ".json": "application/json",
-    ".txt": "text/plain",
-    ".eventstream": "application/vnd.amazon.eventstream",
-    ".connect": "application/connect+proto",
-}
 DEFAULT_GAP_MS = 100.0
 _SIDE_FILES = (".request.json", ".expected.json", ".meta.json")
 _EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")

@@ -26,25 +26,32 @@ A3 = "Hello, this is Bing. The weather in Vienna is sunny, 24 °C."
 SYDNEY_PARAMETERS = {"source": "cib", "optionsSets": ["nlu_direct_response_filter", "deepleo", "h3imaginative"]}
 
 
-def replay(name: str, *, close: bool = True, dialect: Any = None) -> tuple[list[Exchange], Socket]:
-    """The fixture's messages through a recorder; the socket closed as the fixture says."""
-    case = json.loads((FIXTURES / f"{name}.ws.json").read_text())
+def hub_socket(
+    path: str = "/sydney/ChatHub", host: str = "h", dialect: Any = None
+) -> tuple[list[Exchange], SocketRecorder, Socket]:
+    """An observed socket on ``host`` at ``path`` (the records its recorder makes, the recorder,
+    the socket), as ``LLMAudit.websocket_start`` makes one."""
     records: list[Exchange] = []
-    flows = FlowTable(sink=lambda r: records.append(r) or True)
-    recorder = SocketRecorder(flows, DEFAULT_LIMITS)
-    url = case["url"].removeprefix("wss://")
-    host, _, path = url.partition("/")
+    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
     dialect = dialect or CopilotDialect()
     sock = Socket(
         "flow-1",
         "client-1",
         dialect,
         dialect.new_session(),
-        RequestView("GET", host, "/" + path, {}),
-        {"scheme": "https", "host": host, "port": 443, "path": "/" + path, "method": "GET", "http_version": "HTTP/1.1"},
+        RequestView("GET", host, path, {}),
+        {"scheme": "https", "host": host, "port": 443, "path": path, "method": "GET", "http_version": "HTTP/1.1"},
         [],
     )
-    recorder.sockets["flow-1"] = sock
+    recorder.sockets[sock.flow_id] = sock
+    return records, recorder, sock
+
+
+def replay(name: str, *, close: bool = True, dialect: Any = None) -> tuple[list[Exchange], Socket]:
+    """The fixture's messages through a recorder; the socket closed as the fixture says."""
+    case = json.loads((FIXTURES / f"{name}.ws.json").read_text())
+    host, _, path = case["url"].removeprefix("wss://").partition("/")
+    records, recorder, sock = hub_socket("/" + path, host, dialect)
     t = 1_780_000_000.0
     for m in case["messages"]:
         t += 0.25
@@ -313,18 +320,7 @@ def test_credential_fields_of_a_chat_invocation_are_redacted():
     """As in an HTTP request (``observer.redact``): a credential-named parameter of the chat
     invocation is not stored, nor is its value where an error echoes it; the generated text is
     kept as generated (as for every dialect)."""
-    records: list[Exchange] = []
-    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
-    dialect = CopilotDialect()
-    sock = Socket(
-        "f",
-        "c",
-        dialect,
-        dialect.new_session(),
-        RequestView("GET", "h", "/ChatHub", {}),
-        {"scheme": "https", "host": "h", "port": 443, "path": "/ChatHub", "method": "GET", "http_version": "HTTP/1.1"},
-        [],
-    )
+    records, recorder, sock = hub_socket("/ChatHub")
     chat = {
         "type": 4,
         "target": "chat",
@@ -356,19 +352,7 @@ def test_the_connection_token_is_redacted_and_a_client_close_aborts_the_turn():
     """Found by the end-to-end peers: SignalR's ``?id=<connectionToken>`` stayed in the stored
     path (the token is a secret: ASP.NET SignalR TransportProtocols.md), and the JS client's
     ``stop()`` (a Close message, type 7, from the client) was not read as the client's abort."""
-    records: list[Exchange] = []
-    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
-    dialect = CopilotDialect()
-    path = "/sydney/ChatHub?id=tok-secret-1&x=1"
-    sock = Socket(
-        "f",
-        "c",
-        dialect,
-        dialect.new_session(),
-        RequestView("GET", "h", path, {}),
-        {"scheme": "https", "host": "h", "port": 443, "path": path, "method": "GET", "http_version": "HTTP/1.1"},
-        [],
-    )
+    records, recorder, sock = hub_socket("/sydney/ChatHub?id=tok-secret-1&x=1")
     chat = {"type": 4, "target": "chat", "invocationId": "1", "arguments": [{"message": {"text": "hi"}}]}
     update = {"type": 1, "target": "update", "arguments": [{"messages": [{"author": "bot", "text": "Hel"}]}]}
     recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
@@ -382,23 +366,6 @@ def test_the_connection_token_is_redacted_and_a_client_close_aborts_the_turn():
 
 
 # ----- break-it trial findings -----
-
-
-def _hub_socket(path: str = "/sydney/ChatHub"):
-    records: list[Exchange] = []
-    recorder = SocketRecorder(FlowTable(sink=lambda r: records.append(r) or True), DEFAULT_LIMITS)
-    dialect = CopilotDialect()
-    sock = Socket(
-        "f",
-        "c",
-        dialect,
-        dialect.new_session(),
-        RequestView("GET", "h", path, {}),
-        {"scheme": "https", "host": "h", "port": 443, "path": path, "method": "GET", "http_version": "HTTP/1.1"},
-        [],
-    )
-    recorder.sockets["f"] = sock
-    return records, recorder, sock
 
 
 def _chat(invocation: str) -> bytes:
@@ -416,7 +383,7 @@ def test_a_huge_answer_is_not_kept_whole_by_the_session():
     session keeps nothing more, and the record says it was cut."""
     from observer.dialects.copilot import MAX_TEXT_CHARS
 
-    records, recorder, sock = _hub_socket()
+    records, recorder, sock = hub_socket()
     recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
     recorder.message(sock, False, b"{}\x1e", 1.1)
     recorder.message(sock, True, _chat("1"), 1.2)
@@ -436,7 +403,7 @@ def test_open_turns_are_bounded_in_the_session_too():
     every unanswered invocation (200,000 held)."""
     from observer.dialects.copilot import MAX_OPEN_TURNS
 
-    records, recorder, sock = _hub_socket()
+    records, recorder, sock = hub_socket()
     recorder.message(sock, True, b'{"protocol":"json","version":1}\x1e', 1.0)
     recorder.message(sock, False, b"{}\x1e", 1.1)
     for i in range(MAX_OPEN_TURNS + 5):
@@ -446,7 +413,7 @@ def test_open_turns_are_bounded_in_the_session_too():
 
 
 def test_a_handshake_split_over_two_messages_is_joined():
-    records, recorder, sock = _hub_socket()
+    records, recorder, sock = hub_socket()
     recorder.message(sock, True, b'{"protocol":"json",', 1.0)
     recorder.message(sock, True, b'"version":1}\x1e', 1.05)
     recorder.message(sock, False, b"{}\x1e", 1.1)
@@ -467,7 +434,7 @@ def test_a_handshake_split_over_two_messages_is_joined():
 def test_a_socket_that_cannot_be_read_leaves_a_record_saying_so(first, said):
     """Trial finding: a ChatHub socket whose handshake failed was not audited, and nothing said
     so. It leaves one ``unreadable`` record with the reason."""
-    records, recorder, sock = _hub_socket()
+    records, recorder, sock = hub_socket()
     recorder.message(sock, True, first, 1.0)
     recorder.message(sock, True, _chat("1"), 1.2)
     recorder.end(sock, True, 2.0)
