@@ -487,7 +487,7 @@ def test_every_runtime_pin_has_a_cpython_312_manylinux_wheel(tmp_path):
 
 def test_containerfile_installs_at_the_pins_the_tests_use():
     runs = " ".join(args for op, args in _instructions() if op == "RUN")
-    assert "--only-binary=:all: -c requirements.lock -r /tmp/runtime.txt" in runs
+    assert "--only-binary=:all: -c requirements.lock -r runtime.txt" in runs
     assert "pip install --no-deps -e ." in runs
     lock = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert lock["project"]["requires-python"].startswith(">=3.12")
