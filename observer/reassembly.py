@@ -159,6 +159,25 @@ class Reassembler:
         return self._ended
 
     @property
+    def untouched(self) -> bool:
+        """True while nothing a record holds was applied: no block, tool call, model, stop
+        reason, usage, error or violation (``stream.start``, ``stream.end`` and messages the
+        dialect maps to nothing, such as heartbeats, do not count). The part of a multi-turn
+        stream after its last turn is discarded when it is untouched (``observer.tap``)."""
+        return not (
+            self._blocks
+            or self._run
+            or self._tool_calls
+            or self._fragments
+            or self._violations
+            or self._dropped
+            or self._model is not None
+            or self._stop_reason is not None
+            or self._usage.reported
+            or self._error is not None
+        )
+
+    @property
     def first_text_s(self) -> float | None:
         """The clock reading (epoch seconds) of the first non-empty text delta, or ``None``."""
         return self._first_text_s

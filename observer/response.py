@@ -62,13 +62,17 @@ class ResponseSpec:
 @dataclass(frozen=True, slots=True)
 class StreamEnd:
     """How the transport ended: ``cause``, the clock reading when it was noticed (``now_s``) and
-    the end time to record (``ended_at_s``, default ``now_s``), both epoch seconds, and the
-    proxy's raw error message (``transport_error``, mitmproxy ``flow.error.msg``)."""
+    the end time to record (``ended_at_s``, default ``now_s``), both epoch seconds, the
+    proxy's raw error message (``transport_error``, mitmproxy ``flow.error.msg``), and the
+    response's HTTP trailers as ``(name, value)`` pairs (``trailers``; for a gRPC response
+    without a body, its ``grpc-*`` headers: a trailers-only response). The trailers reach the
+    adapter's ``on_trailers`` (gRPC's status) and are never stored."""
 
     cause: EndCause
     now_s: float
     ended_at_s: float | None = None
     transport_error: str | None = None
+    trailers: tuple[tuple[str, str], ...] = ()
 
     @property
     def at_s(self) -> float:

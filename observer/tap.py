@@ -26,6 +26,14 @@ A *binary* framing (``Framing.binary``: Connect, gRPC, gRPC-Web envelopes around
 path of its own, chosen once per response: each message tuple goes as it is to the adapter's
 ``on_binary(message)`` (no JSON parse, no text decoding), or, for an adapter without one, to
 ``on_message`` as an ``observer.wire.frames.BinaryFrame``; the SSE/JSON path above is untouched.
+
+A *multi-turn* stream (an adapter with ``multi_turn = True``: Cursor's agent ``Run``, whose
+HTTP/2 stream stays open after ``turn_ended`` and may carry the next turn, binary-formats §4.4,
+§5.2) is cut into turns on that path: when a turn's ``stream.end`` has been applied, the turn's
+facts are finished at once (``turns``, taken by the caller with ``take_turns``) and a fresh
+reassembler and adapter state take the rest, so each turn's record can be made while the stream
+is still open. What follows the last turn is a record only if it holds something
+(``tail_empty``).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from observer.reassembly import EndCause, Reassembler
 from observer.records import Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 from observer.wire.content import ContentDecoder, make_decoder
-from observer.wire.frames import JSONFrame, Message, binary_frame, make_framer, text_message
+from observer.wire.frames import Framing, JSONFrame, Message, binary_frame, make_framer, text_message
 
 _log = logging.getLogger("observer.tap")  # bugs caught by feed_pending (fail open), with their traceback
 
@@ -146,6 +154,18 @@ class StreamObserver:
         streamed = framing is not None and not self._whole_body
         self._fast = getattr(self._adapter, "fast", None) if self._on_object is not None and streamed else None
         self._closed = False
+        # Multi-turn streams (module docstring): turns cut and not yet taken, as (index, facts).
+        self._multi_turn = bool(getattr(self._adapter, "multi_turn", False))
+        self.turns: list[tuple[int, ResponseFacts]] = []
+        self.turns_cut = 0
+        self._turn_start_s = spec.started_at_s  # the current turn's start: ttft_s counts from it
+        self._cut_bytes = 0  # response bytes of the turns cut so far
+        self._tail_empty = False
+        # A length-prefixed framing (binary envelopes, the AWS event stream) that framed no
+        # message but reported a violation: the bytes were not that framing at all (e.g. SSE
+        # under the event-stream media type), so the stream is unreadable, not cut short.
+        self._prefixed = framing is not None and (framing.binary or framing is Framing.EVENT_STREAM)
+        self._framer_violation = False
         # ``feed``'s short way: plain bytes straight to the framer (false once observation stops).
         self._plain = self._identity and self._framer is not None and not self._broken
         self._frame = self._framer.feed if self._framer is not None else None
@@ -163,8 +183,9 @@ class StreamObserver:
         been seen (its arrival, ``ttft_s``, is the only chunk time a record keeps; the end time is
         ``finish``'s) or observation stopped. From then on a caller may join consecutive chunks
         and feed them as one with any time: the framers' and decoders' output does not depend on
-        how the input was split (tests/unit/test_tap_batcher.py)."""
-        return self._reassembler.first_text_s is None and not self._broken
+        how the input was split (tests/unit/test_tap_batcher.py). A multi-turn stream needs
+        them throughout: each turn's end time and ``ttft_s`` are chunk arrival times."""
+        return (self._multi_turn or self._reassembler.first_text_s is None) and not self._broken
 
     @property
     def broken(self) -> bool:
@@ -250,6 +271,7 @@ class StreamObserver:
                             continue
                     self._mapped(item, obj, now_s)
                 else:
+                    self._framer_violation = True
                     r.violation(item)  # type: ignore[arg-type]
                     if item.kind == ViolationKind.OVERSIZE_EVENT:  # type: ignore[union-attr]
                         self._adapter.on_lost()
@@ -259,9 +281,9 @@ class StreamObserver:
             self._messages = m
 
     def _dispatch_binary(self, items: list[Message | Violation], now_s: float) -> None:
-        """``_dispatch`` for a binary framing: each message counted (cap ``max_stream_events``)
-        and handed whole to the adapter's ``on_binary``; violations as in ``_dispatch``."""
-        r = self._reassembler
+        """``_dispatch`` for a binary framing: each message counted (cap ``max_stream_events``
+        per turn) and handed whole to the adapter's ``on_binary``; violations as in
+        ``_dispatch``. A multi-turn stream's turn is cut right after the message that ended it."""
         on_binary = self._on_binary
         cap = self._cap
         for item in items:
@@ -271,10 +293,43 @@ class StreamObserver:
                     self._over_cap()
                     return
                 self._apply(on_binary(item), now_s)
+                if self._multi_turn and self._reassembler.ended and not self._reassembler.untouched:
+                    self._cut(now_s)
             else:
-                r.violation(item)  # type: ignore[arg-type]
+                self._framer_violation = True
+                self._reassembler.violation(item)  # type: ignore[arg-type]
                 if item.kind == ViolationKind.OVERSIZE_EVENT:  # type: ignore[union-attr]
                     self._adapter.on_lost()
+
+    def _cut(self, now_s: float) -> None:
+        """Finishes the current turn of a multi-turn stream as a clean end at ``now_s`` (its
+        ``response_bytes``: the chunks counted since the previous cut, the one that ended it
+        included) and starts the next: a fresh reassembler, the adapter's ``next_turn``, the
+        message count from 0, ``ttft_s`` counted from this turn's end."""
+        facts = ResponseFacts()
+        total = self._facts.response_bytes
+        facts.response_bytes = total - self._cut_bytes
+        facts.ended_at = utc_from_epoch(now_s)
+        self._reassembler.finish(facts, EndCause.EOF, request_start_s=self._turn_start_s)
+        self.turns.append((self.turns_cut, facts))
+        self.turns_cut += 1
+        self._cut_bytes = total
+        self._turn_start_s = now_s
+        spec = self._spec
+        self._reassembler = Reassembler(spec.tool_names, spec.request_id, limits=self._limits)
+        self._adapter.next_turn()
+        self._messages = 0
+
+    def take_turns(self) -> list[tuple[int, ResponseFacts]]:
+        """The turns cut since the last call, as ``(index, facts)`` (index from 0, in order)."""
+        turns, self.turns = self.turns, []
+        return turns
+
+    @property
+    def tail_empty(self) -> bool:
+        """After ``finish``: True when turns were cut and nothing of a record followed the last
+        one (``Reassembler.untouched``): the caller makes no record of it."""
+        return self._tail_empty
 
     def _mapped(self, message: Message, obj: object, now_s: float) -> None:
         """The general mapping of a counted, parsed message (no fast-lane hit): the adapter's
@@ -348,15 +403,23 @@ class StreamObserver:
                         items = self._framer.close()
                         if items:
                             self._dispatch(items, now_s)
+                        on_trailers = getattr(self._adapter, "on_trailers", None)
+                        if end.trailers and on_trailers is not None and not self._broken:
+                            self._apply(on_trailers(list(end.trailers)), now_s)
                     self._apply(self._adapter.on_close(), now_s)
             except ObserverError as exc:
                 self._stop(ViolationKind.CONTENT_DECODING_ERROR, str(exc))
             except Exception as exc:  # a bug in our code: record it, never lose the record
                 self.fail(exc)
+        if self.turns_cut:
+            self._tail_empty = self._reassembler.untouched
+            facts.response_bytes -= self._cut_bytes
         facts.transport_error = end.transport_error
         facts.ended_at = utc_from_epoch(end.at_s)
         readable = self._body is None and not self._broken and not self._lost_body
-        self._reassembler.finish(facts, end.cause, request_start_s=self._spec.started_at_s, readable=readable)
+        if self._prefixed and self._framer_violation and not self._messages and not self.turns_cut:
+            readable = False
+        self._reassembler.finish(facts, end.cause, request_start_s=self._turn_start_s, readable=readable)
         if self._body is not None:
             facts.response_body = bytes(self._body).decode("utf-8", "replace")
         if self._http_error:

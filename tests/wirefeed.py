@@ -10,6 +10,7 @@ hand; ``<case>.meta.json`` (optional) ``{"path", "status", "content_type", "cont
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -109,8 +110,8 @@ def view_of(case: Case) -> RequestView:
     return RequestView("POST", "127.0.0.1", case.path, headers)
 
 
-def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """Feeds ``chunks`` as the response of ``case`` and returns the record dict."""
+def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """Feeds ``chunks`` as the response of ``case`` and returns the record dict (``observe``)."""
     return observe(
         case.dialect,
         case.request,
@@ -138,9 +139,10 @@ def observe(
     path: str = "/v1/stream",
     request_headers: dict[str, str] | None = None,
     general: bool = False,
-) -> dict[str, Any]:
+) -> Any:
     """Feeds ``chunks`` as the response of ``request_body`` (sent as ``POST path``) and returns
-    the record dict; ``general`` maps every message through ``on_message`` (:func:`general_only`)."""
+    the record dict, or for a stream cut into turns (``observer.tap``: Cursor) the list of its
+    turns' records; ``general`` maps every message through ``on_message`` (:func:`general_only`)."""
     dialect: Dialect = default_registry().get(dialect_name)
     if general:
         dialect = general_only(dialect)
@@ -175,19 +177,27 @@ def observe(
     for chunk in chunks:
         t += 0.01
         obs.feed(chunk, t)
-    return assemble(ex, list(violations), obs.finish(StreamEnd(end, t + 0.01))).to_dict()
+    facts = obs.finish(StreamEnd(end, t + 0.01))
+    turns = [f for _, f in obs.take_turns()] + ([] if obs.tail_empty else [facts])
+    records = [assemble(copy.copy(ex), list(violations), f).to_dict() for f in turns]
+    return records[0] if len(records) == 1 else records
 
 
 class _GeneralAdapter:
     """An adapter with only the required ``StreamAdapter`` methods, delegated to ``inner``: no
-    ``fast`` or ``on_object``, so the tap maps every framed message with ``on_message``."""
+    ``fast``, ``on_object`` or ``on_binary``, so the tap maps every framed message with
+    ``on_message``; what is not a lane (``multi_turn`` and ``next_turn``, ``on_trailers``)
+    is ``inner``'s."""
 
-    __slots__ = ("on_message", "on_lost", "on_close")
+    __slots__ = ("on_message", "on_lost", "on_close", "multi_turn", "next_turn", "on_trailers")
 
     def __init__(self, inner: StreamAdapter) -> None:
         self.on_message = inner.on_message
         self.on_lost = inner.on_lost
         self.on_close = inner.on_close
+        self.multi_turn = getattr(inner, "multi_turn", False)
+        self.next_turn = getattr(inner, "next_turn", None)
+        self.on_trailers = getattr(inner, "on_trailers", None)
 
 
 class _GeneralDialect:
@@ -211,8 +221,20 @@ def general_only(dialect: Dialect) -> Dialect:
     return _GeneralDialect(dialect)  # type: ignore[return-value]
 
 
-def assert_matches(record: dict[str, Any], expected: dict[str, Any]) -> None:
-    """Every key of ``expected`` equals the record's; a violation ``detail`` of ``"*"`` matches any."""
+def response_bytes(record: dict[str, Any] | list) -> int:
+    """The response bytes of a record, or the sum over a multi-turn stream's records."""
+    return sum(r["response_bytes"] for r in record) if isinstance(record, list) else record["response_bytes"]
+
+
+def assert_matches(record: dict[str, Any] | list, expected: dict[str, Any] | list) -> None:
+    """Every key of ``expected`` equals the record's; a violation ``detail`` of ``"*"`` matches any.
+    A list (a multi-turn stream's records, one per turn) matches a list of as many, in order."""
+    if isinstance(expected, list):
+        assert isinstance(record, list) and len(record) == len(expected), record
+        for got_one, want_one in zip(record, expected, strict=True):
+            assert_matches(got_one, want_one)
+        return
+    assert isinstance(record, dict), f"{len(record)} records (a multi-turn stream), one expected"
     for key, want in expected.items():
         got = record[key]
         if key == "violations":

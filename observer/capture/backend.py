@@ -2,7 +2,10 @@
 
 A ``Backend`` is opened per flow with its ``ResponseSpec``, fed the flow's chunks, and finished
 with the ``StreamEnd``; the ``ResponseFacts`` come back through the one ``on_facts(key, facts)``
-callback it was built with (at once in-process, later from the worker). Two implementations:
+callback it was built with (at once in-process, later from the worker), ``None`` when a
+multi-turn stream had nothing after its last turn; each turn of such a stream comes through
+``on_turn(key, index, facts)`` as soon as it is cut (in-process: inside ``data``), always before
+that flow's ``on_facts``. Two implementations:
 ``InProcessBackend`` (the proxy's own thread) and ``FailoverBackend`` (the worker process, with
 the in-process backend for what the worker cannot take, and the policy between the two).
 No method raises: a failure is recorded on the flow's facts (``observer_error``)."""
@@ -17,14 +20,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from observer.capture.link import WorkerLink
-from observer.capture.parsing import Observer, WorkerDied, failed_observer, finish_observer, open_observer
+from observer.capture.parsing import Observer, WorkerDied, failed_observer, final_facts, open_observer
 from observer.dialects.registry import DialectRegistry
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 from observer.tap import feed_pending
 
 log = logging.getLogger("observer.capture")
 
-OnFacts = Callable[[str, ResponseFacts], None]
+OnFacts = Callable[[str, ResponseFacts | None], None]
+OnTurn = Callable[[str, int, ResponseFacts], None]
 # Bytes a flow's tap collects before handing them over outside the timed sweep. In-process: the
 # most one parse slice takes at once. Worker: a batch costs one pipe write and one worker wake-up
 # whatever its size, so bigger (docs/performance.md, "Worker batches").
@@ -59,11 +63,13 @@ class Backend(Protocol):
 
 
 class InProcessBackend:
-    """Parses in the proxy process: the facts reach ``on_facts`` inside ``finish``."""
+    """Parses in the proxy process: the facts reach ``on_facts`` inside ``finish``, a turn
+    ``on_turn`` inside the ``data`` call that ended it (not given: turns are not taken)."""
 
-    def __init__(self, registry: DialectRegistry, on_facts: OnFacts) -> None:
+    def __init__(self, registry: DialectRegistry, on_facts: OnFacts, on_turn: OnTurn | None = None) -> None:
         self._registry = registry
         self._on_facts = on_facts
+        self._on_turn = on_turn
         self._observers: dict[str, Observer] = {}
 
     def open(self, key: str, spec: ResponseSpec) -> int:
@@ -82,10 +88,15 @@ class InProcessBackend:
         deadline: float | None = None,
         clock: Callable[[], float] | None = None,
     ) -> int:
-        return feed_pending(self._observers[key], pending, deadline, clock)
+        obs = self._observers[key]
+        consumed = feed_pending(obs, pending, deadline, clock)
+        if obs.turns and self._on_turn is not None:
+            for index, facts in obs.take_turns():
+                self._on_turn(key, index, facts)
+        return consumed
 
     def finish(self, key: str, end: StreamEnd) -> None:
-        self._on_facts(key, finish_observer(self._observers.pop(key), end))
+        self._on_facts(key, final_facts(self._observers.pop(key), end))
 
 
 @dataclass(slots=True)
@@ -119,6 +130,7 @@ class FailoverBackend:
         registry_factory: str,
         on_facts: OnFacts,
         *,
+        on_turn: OnTurn | None = None,
         buffer_bytes: int = 64 << 20,
         nice: int = 0,
         restart_after_s: float = 60.0,
@@ -127,7 +139,8 @@ class FailoverBackend:
         self._registry = registry
         self._registry_factory = registry_factory
         self._on_facts = on_facts
-        self._local = InProcessBackend(registry, on_facts)
+        self._on_turn = on_turn
+        self._local = InProcessBackend(registry, on_facts, on_turn)
         self._remote: dict[str, _Remote] = {}
         self._link: WorkerLink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,6 +176,7 @@ class FailoverBackend:
         link = self._link_factory(
             on_facts=self._worker_facts,
             on_death=self._worker_died,
+            on_turn=self._worker_turn,
             max_buffer_bytes=self.buffer_bytes,
             nice=self.nice,
             registry_factory=self._registry_factory,
@@ -239,7 +253,11 @@ class FailoverBackend:
         )
         self._link = None
 
-    def _worker_facts(self, key: str, facts: ResponseFacts) -> None:
+    def _worker_turn(self, key: str, index: int, facts: ResponseFacts) -> None:
+        if key in self._remote and self._on_turn is not None:
+            self._on_turn(key, index, facts)
+
+    def _worker_facts(self, key: str, facts: ResponseFacts | None) -> None:
         if self._remote.pop(key, None) is None:
             log.error("observer: the worker returned facts for unknown flow %s", key)
             return

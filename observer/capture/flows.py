@@ -1,16 +1,20 @@
 """The flow table and finishing: what the proxy keeps per observed flow until its record is
 made, and the one path from a flow's end to its record (``FlowTable.finish`` -> the backend's
-facts -> ``observer.response.assemble`` -> redaction -> the sink)."""
+facts -> ``observer.response.assemble`` -> redaction -> the sink). A multi-turn stream's turns
+take the same path as each is cut (``FlowTable.on_turn``; ids and skeletons:
+``observer.capture.turns``), while the stream is still open."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from observer.capture.backend import Backend
 from observer.capture.request import RequestRead, RequestTap, incomplete_request
 from observer.capture.tap import StreamTap
+from observer.capture.turns import turn_skeleton
 from observer.dialects.base import Dialect, RequestView
 from observer.records import Exchange, Violation, ViolationKind
 from observer.redact import redact_record
@@ -30,7 +34,10 @@ class FlowState:
     (``secrets``) and those of its URL query and headers (``envelope_secrets``): in memory only,
     to scrub echoes of them from the record. ``metadata_only``: the request is not the dialect's
     (``not_llm_request``): neither body is kept, the response is not read, only its bytes
-    counted (``unread_bytes``, by ``count_unread`` as mitmproxy's stream callable)."""
+    counted (``unread_bytes``, by ``count_unread`` as mitmproxy's stream callable). A multi-turn
+    stream: ``turns`` recorded so far, when the last one ended (``turn_ended_at``), and
+    ``reread``, which reads the request body as received so far (a streamed upload: the
+    client's later turns travel in it), or ``None``."""
 
     dialect: Dialect
     exchange: Exchange
@@ -46,6 +53,9 @@ class FlowState:
     secrets: list[str] = field(default_factory=list)
     envelope_secrets: list[str] = field(default_factory=list)
     unread_bytes: int = 0
+    turns: int = 0
+    turn_ended_at: datetime | None = None
+    reread: Callable[[], RequestRead] | None = None
 
     def count_unread(self, chunk: bytes) -> bytes:
         """``flow.response.stream`` of a metadata-only exchange: the chunk passed on unchanged,
@@ -73,7 +83,9 @@ class FlowState:
 class FlowTable:
     """Every observed, unfinished flow (by mitmproxy flow id, and by client connection for the
     flows mitmproxy ends without a hook), and their finishing. ``sink`` receives each record and
-    returns False when it had to drop it; ``sink`` may be set later (``set_sink``)."""
+    returns False when it had to drop it; ``sink`` may be set later (``set_sink``), with
+    ``forget``: told the record id of a flow whose records all have other ids (a multi-turn
+    stream's), so the journal no longer holds it open."""
 
     def __init__(
         self,
@@ -87,17 +99,21 @@ class FlowTable:
         self._open: dict[str, FlowState] = {}  # flow id -> state
         self._by_client: dict[str, set[str]] = {}  # client connection id -> ids of its open flows
         self._waiting: dict[str, FlowState] = {}  # record id -> finished flows waiting for their facts
+        self._keys: dict[str, FlowState] = {}  # record id -> tracked flows whose facts have not come
+        self._forget: Callable[[str], None] | None = None
         self.records_submitted = 0
         self.records_dropped = 0
         self.errors = 0
 
-    def set_sink(self, sink: Sink | None) -> None:
+    def set_sink(self, sink: Sink | None, forget: Callable[[str], None] | None = None) -> None:
         self._sink = sink
+        self._forget = forget
 
     # ----- the table -----
     def track(self, flow_id: str, state: FlowState) -> None:
         self._open[flow_id] = state
         self._by_client.setdefault(state.client_id, set()).add(flow_id)
+        self._keys[state.key] = state
 
     def untrack(self, flow_id: str) -> FlowState | None:
         state = self._open.pop(flow_id, None)
@@ -124,6 +140,18 @@ class FlowTable:
         states, self._open, self._by_client = list(self._open.values()), {}, {}
         return states
 
+    def on_turn(self, key: str, index: int, facts: ResponseFacts) -> None:
+        """The backend's callback: turn ``index`` of flow ``key``'s multi-turn stream ended; its
+        record is made now (``_turn``). Never raises."""
+        state = self._keys.get(key)
+        if state is None:
+            log.error("observer: a turn of unknown record %s", key)
+            return
+        try:
+            self._turn(state, index, facts)
+        except Exception:  # noqa: BLE001 - a callback of the backend's; the stream goes on
+            self._failed("turn")
+
     # ----- finishing -----
     def finish(self, state: FlowState, end: StreamEnd, status: int | None = None) -> None:
         """Ends one flow (once): its pending chunks are handed over, then its facts asked of
@@ -145,6 +173,7 @@ class FlowTable:
                 self._waiting[state.key] = state
                 self.backend.finish(state.key, end)
                 return
+            self._keys.pop(state.key, None)
             if status is not None:
                 state.exchange.status_code = status
             request_id = state.exchange.request.request_id
@@ -155,16 +184,52 @@ class FlowTable:
         except Exception as exc:  # noqa: BLE001 - never out of a hook; the record is still made
             self._failed("finish")
             self._waiting.pop(state.key, None)
+            self._keys.pop(state.key, None)
             failure = Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}")
             self._record(state, ResponseFacts(transport_error=end.transport_error, violations=[failure]))
 
-    def on_facts(self, key: str, facts: ResponseFacts) -> None:
-        """The backend's callback: a finished flow's facts."""
+    def on_facts(self, key: str, facts: ResponseFacts | None) -> None:
+        """The backend's callback: a finished flow's facts. After turns (a multi-turn stream),
+        they are the part after the last turn: a turn record of its own, or none (``None``)."""
         state = self._waiting.pop(key, None)
+        self._keys.pop(key, None)
         if state is None:
             log.error("observer: facts for unknown record %s", key)
             return
-        self._record(state, facts)
+        if not state.turns:
+            self._record(state, facts if facts is not None else ResponseFacts())
+            return
+        try:
+            if facts is not None:
+                self._turn(state, state.turns, facts)
+        finally:
+            if self._forget is not None:
+                self._forget(key)
+
+    def _turn(self, state: FlowState, index: int, facts: ResponseFacts) -> None:
+        """Records turn ``index``: the stream's skeleton copied with the turn's id and start,
+        and, after the first turn, the request as received so far (``reread``), with its
+        credential values scrubbed as for the stream's."""
+        request, secrets = None, state.secrets
+        if index and state.reread is not None:
+            read = state.reread()
+            if read.facts is not None:
+                request, secrets = read.facts, [*state.secrets, *read.secrets]
+        turn = turn_skeleton(state.exchange, index, state.turn_ended_at if index else None, request)
+        state.turns = index + 1
+        state.turn_ended_at = facts.ended_at
+        self._record(
+            FlowState(
+                state.dialect,
+                turn,
+                state.view,
+                state.client_id,
+                violations=state.violations,
+                secrets=secrets,
+                envelope_secrets=state.envelope_secrets,
+            ),
+            facts,
+        )
 
     def record(self, state: FlowState, facts: ResponseFacts) -> None:
         """Makes the record of a flow whose facts the caller has (``capture.sockets``: a

@@ -52,6 +52,7 @@ from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, d
 from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
+from observer.limits import Limits
 from observer.metrics import ProxyMetrics, SnapshotWriter, pipeline_stats, proxy_name
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind
@@ -72,6 +73,7 @@ _REFUSAL = (
     b' try again later."}}'
 )
 FINISH_DELAY_S = 0.005  # seconds from the ``response`` hook to finishing the record (see ``response``)
+_GRPC_STATUS_FIELDS = frozenset({"grpc-status", "grpc-message"})  # gRPC's trailers-only response (``_trailers``)
 
 
 class LLMAudit:
@@ -110,7 +112,9 @@ class LLMAudit:
         self._limits = self._settings.limits
         self._batcher = TapBatcher(running_loop)
         self._use_worker = worker  # None: the observer_worker option decides
-        self._backend: InProcessBackend | FailoverBackend = InProcessBackend(self._registry, self._flows.on_facts)
+        self._backend: InProcessBackend | FailoverBackend = InProcessBackend(
+            self._registry, self._flows.on_facts, self._flows.on_turn
+        )
         self._flows.backend = self._backend
         self.worker_restart_after_s = 60.0  # a dead worker that had lived this long is replaced
         self._hosts = self._settings.llm_host_list  # the built-in list until ``configure``
@@ -358,7 +362,7 @@ class LLMAudit:
             on_write=self._metrics.db_write.observe,
         )
         self._drainer.start()
-        self._flows.set_sink(journal.record)
+        self._flows.set_sink(journal.record, journal.forget)
         log.info(
             "observer: journal %s: %d records waiting for the store, %d open exchanges recovered as records%s",
             journal.directory,
@@ -389,6 +393,7 @@ class LLMAudit:
             self._registry,
             self._registry_factory,
             self._flows.on_facts,
+            on_turn=self._flows.on_turn,
             buffer_bytes=settings.worker_buffer_mb << 20,
             nice=settings.worker_nice,
             restart_after_s=self.worker_restart_after_s,
@@ -623,9 +628,10 @@ class LLMAudit:
                 raw = flow.request.raw_content
                 if raw is None:  # streamed by someone else: nothing to parse
                     return
-            read = read_request(
-                state.dialect, state.view, raw, flow.request.headers.get("content-encoding"), self._limits
-            )
+            encoding = flow.request.headers.get("content-encoding")
+            read = read_request(state.dialect, state.view, raw, encoding, self._limits)
+            if state.request_tap is not None:  # a streamed upload: a later turn's request is read again
+                state.reread = _rereader(state.request_tap, state.dialect, state.view, encoding, self._limits)
             state.take(read)
             state.violations.extend(read.violations)
         except Exception as exc:
@@ -691,7 +697,7 @@ class LLMAudit:
         if state is None:
             return
         now = time.time()
-        end = StreamEnd(EndCause.EOF, now, flow.response.timestamp_end or now)
+        end = StreamEnd(EndCause.EOF, now, flow.response.timestamp_end or now, trailers=_trailers(flow.response))
         status = flow.response.status_code
         loop = running_loop()
         if loop is None:  # no running loop (unit tests): now
@@ -912,6 +918,21 @@ def _new_state(flow: http.HTTPFlow, dialect: Dialect, view: RequestView) -> Flow
         record_id=flow_record_id(flow.id),
     )
     return FlowState(dialect, ex, view, flow.client_conn.id, envelope_secrets=removed)
+
+
+def _trailers(response: http.Response) -> tuple[tuple[str, str], ...]:
+    """``StreamEnd.trailers``: the response's HTTP trailers, or, when it has none, its
+    ``grpc-status`` / ``grpc-message`` headers (gRPC's trailers-only response, grpc
+    ``doc/PROTOCOL-HTTP2.md``), else ``()``."""
+    if response.trailers:
+        return tuple(response.trailers.items(multi=True))
+    return tuple((k, v) for k, v in response.headers.items(multi=True) if k.lower() in _GRPC_STATUS_FIELDS)
+
+
+def _rereader(tap: RequestTap, dialect: Dialect, view: RequestView, encoding: str | None, limits: Limits):
+    """``FlowState.reread``: the request body as received so far, read again (a multi-turn
+    stream's later turn; ``observer.capture.flows``)."""
+    return lambda: read_request(dialect, view, tap.body() or b"", encoding, limits)
 
 
 def _legacy_spool(path: Path) -> list[Exchange]:

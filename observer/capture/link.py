@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, Stop, Stopped, encode
+from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, Stop, Stopped, Turn, encode
 from observer.capture.pipes import READ_BYTES, set_pipe_size
 from observer.dialects.registry import DEFAULT_REGISTRY
 from observer.lifetime import death_signal_setter
@@ -56,7 +56,9 @@ class WorkerLink:
     - A worker that makes no progress (reads nothing from the data pipe and answers nothing)
       for ``stall_timeout_s`` seconds while frames or answers are outstanding is hung: it is
       killed, a death as below (checked every ``stall_timeout_s / 4`` seconds).
-    - ``on_facts(fid, facts)`` is called from the loop for each flow's facts that come back;
+    - ``on_facts(fid, facts)`` is called from the loop for each flow's facts that come back
+      (``None``: nothing after its last turn), ``on_turn(fid, index, facts)`` for each turn of
+      a multi-turn stream the worker cut (before that flow's facts);
       ``on_death(reason)`` once when the worker is found dead (EOF, broken pipe, corrupt frame,
       ``close`` timing out). After a death every method is a no-op and ``alive`` is False.
     - ``close(timeout_s)`` (shutdown, blocking up to ``timeout_s`` seconds): writes what is queued,
@@ -66,8 +68,9 @@ class WorkerLink:
     def __init__(
         self,
         *,
-        on_facts: Callable[[str, ResponseFacts], None],
+        on_facts: Callable[[str, ResponseFacts | None], None],
         on_death: Callable[[str], None],
+        on_turn: Callable[[str, int, ResponseFacts], None] | None = None,
         max_buffer_bytes: int = 64 << 20,
         python: str | None = None,
         stall_timeout_s: float = 60.0,
@@ -76,6 +79,7 @@ class WorkerLink:
     ) -> None:
         self._on_facts = on_facts
         self._on_death = on_death
+        self._on_turn = on_turn
         self.max_buffer_bytes = max_buffer_bytes
         self._python = python or sys.executable
         self._proc: subprocess.Popen | None = None
@@ -284,6 +288,12 @@ class WorkerLink:
                     self._on_facts(msg.fid, msg.facts)
                 except Exception:  # noqa: BLE001 - a loop callback must not raise
                     log.error("observer: handling a worker's facts failed", exc_info=True)
+            elif msg.__class__ is Turn:
+                if self._on_turn is not None:
+                    try:
+                        self._on_turn(msg.fid, msg.index, msg.facts)
+                    except Exception:  # noqa: BLE001 - a loop callback must not raise
+                        log.error("observer: handling a worker's turn failed", exc_info=True)
             elif msg.__class__ is Stopped:
                 stopped = True
         return stopped

@@ -6,7 +6,8 @@ message. Parent and worker are the same code, so the protocol is not versioned. 
 here, not in the worker's module, because that one runs as ``__main__`` in the worker, where
 pickle would name its classes ``__main__.X``.
 
-Proxy -> worker: ``Open``, ``Data``, ``Finish``, ``Stop``. Worker -> proxy: ``Facts`` (one per
+Proxy -> worker: ``Open``, ``Data``, ``Finish``, ``Stop``. Worker -> proxy: ``Turn`` (a turn of
+a multi-turn stream ended, in answer to the ``Data`` that ended it), ``Facts`` (one per
 ``Finish``), ``Stopped`` (after the last ``Facts``, in answer to ``Stop``).
 """
 
@@ -54,11 +55,22 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
-class Facts:
-    """The answer to ``Finish``: flow ``fid``'s response facts."""
+class Turn:
+    """Turn ``index`` (from 0) of flow ``fid``'s multi-turn stream ended: its facts
+    (``observer.tap.StreamObserver.take_turns``). Always before that flow's ``Facts``."""
 
     fid: str
+    index: int
     facts: ResponseFacts
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """The answer to ``Finish``: flow ``fid``'s response facts; ``None`` when its stream was cut
+    into turns and nothing followed the last one (``observer.capture.parsing.final_facts``)."""
+
+    fid: str
+    facts: ResponseFacts | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,4 +118,4 @@ class FrameReader:
         return len(self._buf)
 
 
-__all__ = ["Data", "Facts", "Finish", "FrameReader", "MAX_FRAME_BYTES", "Open", "Stop", "Stopped", "encode"]
+__all__ = ["Data", "Facts", "Finish", "FrameReader", "MAX_FRAME_BYTES", "Open", "Stop", "Stopped", "Turn", "encode"]

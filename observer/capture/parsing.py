@@ -30,6 +30,9 @@ class FailedObserver:
 
     needs_arrival_times = False
     broken = True
+    turns: tuple = ()  # never cuts turns (``StreamObserver.turns``)
+    turns_cut = 0
+    tail_empty = False
 
     def __init__(self, spec: ResponseSpec, detail: str) -> None:
         self._spec = spec
@@ -47,6 +50,9 @@ class FailedObserver:
 
     def fail(self, exc: BaseException) -> None:
         pass
+
+    def take_turns(self) -> list:
+        return []
 
     def finish(self, end: StreamEnd) -> ResponseFacts:
         facts = self._facts
@@ -100,12 +106,20 @@ def finish_observer(obs: Observer, end: StreamEnd, skipped_bytes: int = 0) -> Re
         )
 
 
+def final_facts(obs: Observer, end: StreamEnd, skipped_bytes: int = 0) -> ResponseFacts | None:
+    """``finish_observer``'s facts, or ``None`` when ``obs`` cut its stream into turns and
+    nothing of a record followed the last one (``StreamObserver.tail_empty``): no record."""
+    facts = finish_observer(obs, end, skipped_bytes)
+    return None if obs.tail_empty else facts
+
+
 __all__ = [
     "FailedObserver",
     "Observer",
     "WorkerDied",
     "WorkerOverloaded",
     "failed_observer",
+    "final_facts",
     "finish_observer",
     "open_observer",
 ]

@@ -32,8 +32,8 @@ import logging
 import os
 import sys
 
-from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, Stop, Stopped, encode
-from observer.capture.parsing import Observer, finish_observer, open_observer
+from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, Stop, Stopped, Turn, encode
+from observer.capture.parsing import Observer, final_facts, open_observer
 from observer.capture.pipes import READ_BYTES, set_pipe_size
 from observer.dialects.registry import DEFAULT_REGISTRY, load_registry
 from observer.lifetime import parent_alive
@@ -45,7 +45,8 @@ log = logging.getLogger("observer.worker")
 class WorkerCore:
     """The worker's sans-IO part: ``handle(message)`` applies one decoded message and returns the
     answers to send. Every exception is contained per flow: a failed feed stops that flow's
-    observation (``observer_error``) and a failed finish still yields facts. Raises
+    observation (``observer_error``) and a failed finish still yields facts. A ``Data`` message
+    is answered with a ``Turn`` for each turn of a multi-turn stream it ended. Raises
     ``ValueError`` for a message it does not know or a ``Finish`` of an unknown flow."""
 
     def __init__(self, registry_factory: str = DEFAULT_REGISTRY) -> None:
@@ -60,11 +61,14 @@ class WorkerCore:
         cls = msg.__class__
         if cls is Data:
             flows = self._flows
+            answers = []
             for fid, pending in msg.batches:  # type: ignore[attr-defined]
                 obs = flows.get(fid)
                 if obs is not None:
                     feed_pending(obs, pending)  # type: ignore[arg-type]
-            return []
+                    if obs.turns:
+                        answers += [Turn(fid, i, facts) for i, facts in obs.take_turns()]
+            return answers
         if cls is Open:
             self._flows[msg.fid] = open_observer(self._registry, msg.spec, "worker open")  # type: ignore[attr-defined]
             return []
@@ -72,7 +76,7 @@ class WorkerCore:
             obs = self._flows.pop(msg.fid, None)  # type: ignore[attr-defined]
             if obs is None:
                 raise ValueError(f"Finish for unknown flow {msg.fid}")  # type: ignore[attr-defined]
-            return [Facts(msg.fid, finish_observer(obs, msg.end, msg.skipped_bytes))]  # type: ignore[attr-defined]
+            return [Facts(msg.fid, final_facts(obs, msg.end, msg.skipped_bytes))]  # type: ignore[attr-defined]
         raise ValueError(f"unknown worker message {cls.__name__}")
 
 

@@ -32,13 +32,14 @@ Decisions:
   ``routed_model`` (1.24.1) as the response model, and ``turn_ended`` (1.14): usage from its
   fields 1 (input) and 2 (output) when sent (absent is unknown, never 0), stop reason
   ``end_turn`` (raw ``turn_ended``) and the stream's end. Heartbeats, exec requests, checkpoints
-  and KV blobs are not part of the record. The stream usually stays open after the turn; the
-  record is made when it ends (client reset: ``completed``, since the turn ended).
+  and KV blobs are not part of the record. The stream usually stays open after the turn, or
+  carries the next one (``conversation_action``, request field 4): each ``turn_ended`` closes
+  that turn's record at once (``multi_turn``: ``observer.tap`` cuts the stream into turns), and
+  a later turn is a record of its own; heartbeats or a reset after the last turn make no
+  record. Each turn's request is what the client had sent on the stream when the turn ended.
   ``RunSSE`` (the HTTP/1.1 shim) has the same response; its request is only a
   ``BidiRequestId`` (kept as ``metadata.bidi_request_id``): the prompt goes in separate unary
   ``BidiService/BidiAppend`` calls, which are not joined to the stream (limitation).
-  **Limitation**: a further turn on the same stream (``conversation_action``) is not split into a
-  record of its own; its content is ignored with one ``event_after_end`` violation.
 - Legacy Cursor ``StreamUnifiedChatWithTools`` (oneof 2 ``stream_unified_chat_response``): text
   2.1, thinking 2.25.1; its tool calls (2.13/2.36) are not read (shape not public enough).
 - Windsurf ``GetChatMessage``: ``delta_text`` 3, ``delta_thinking`` 9, tool call 6 ``{1 id, 2
@@ -47,8 +48,9 @@ Decisions:
 - End: a Connect end-stream ``{}`` is ``stream.end``, ``{"error": ...}`` an error (its ``code``
   and ``message``); a gRPC-Web trailer frame ``grpc-status: 0`` is ``stream.end``, non-zero an
   error named by the gRPC code (``resource_exhausted``, ...). gRPC's own status travels in HTTP/2
-  trailers, which this parser does not see: a gRPC stream without its dialect's turn marker is
-  ``truncated`` (``missing_stream_end``).
+  trailers (or the headers of a trailers-only response), which reach ``on_trailers`` at the
+  stream's clean end with the same meaning; a gRPC stream that ends without them (a reset) and
+  without its dialect's turn marker is ``truncated`` / ``client_aborted`` (``missing_stream_end``).
 - ``connect.unknown``: every printable string of each message (``protobuf.strings``) as text (one
   line each) and one ``schema_unknown`` violation per side.
 """
@@ -348,7 +350,14 @@ class ConnectAdapter(AdapterBase):
     """The shared part of the Connect adapters: envelopes in (``on_binary``), the end-stream
     envelope and gRPC-Web trailers read here, data messages to ``_data``."""
 
+    multi_turn = False  # observer.tap: a stream that may carry several turns is cut into them
+
     def __init__(self) -> None:
+        self.next_turn()
+
+    def next_turn(self) -> None:
+        """Forgets the turn that ended (``observer.tap`` calls it after cutting a turn of a
+        ``multi_turn`` stream): the next turn's blocks and tool calls are numbered from 0."""
         self._started = False
         self._ended = False
         self._after_end = False
@@ -382,12 +391,28 @@ class ConnectAdapter(AdapterBase):
             status, text = grpc_status(orjson.loads(data), percent_encoded=False)
             if status is None:
                 out.append(ErrorEvent(None, "unknown", "gRPC-Web trailers without a grpc-status"))
-            elif status != 0:
-                code = GRPC_CODES[status] if status < len(GRPC_CODES) else str(status)
-                out.append(ErrorEvent(None, code, text))
-            elif not self._ended:
-                self._end(out)
+            else:
+                self._status(status, text, out)
         return out
+
+    def on_trailers(self, fields: list[tuple[str, str]]) -> Out:
+        """The response's HTTP/2 trailers, or the headers of a gRPC trailers-only response
+        (``observer.tap`` at the stream's clean end): gRPC's status travels there (grpc
+        ``doc/PROTOCOL-HTTP2.md``, "Trailers"; ``grpc-message`` percent-encoded). Without a
+        ``grpc-status`` they say nothing of the stream's end (Connect ends in its body)."""
+        status, text = grpc_status(fields)
+        out: Out = []
+        if status is not None:
+            self._status(status, text, out)
+        return out
+
+    def _status(self, status: int, text: str | None, out: Out) -> None:
+        """A gRPC status: 0 ends the stream, any other is the error named by its code."""
+        if status != 0:
+            code = GRPC_CODES[status] if status < len(GRPC_CODES) else str(status)
+            out.append(ErrorEvent(None, code, text))
+        elif not self._ended:
+            self._end(out)
 
     def _end(self, out: Out) -> None:
         self._ended = True
@@ -433,7 +458,10 @@ class ConnectAdapter(AdapterBase):
 
 
 class CursorAdapter(ConnectAdapter):
-    """``AgentServerMessage`` (module docstring)."""
+    """``AgentServerMessage`` (module docstring). Multi-turn: each ``turn_ended`` closes a
+    record while the stream stays open."""
+
+    multi_turn = True
 
     def _data(self, data: bytes, out: Out) -> None:
         values, errors = CURSOR_RESPONSE.extract(data)

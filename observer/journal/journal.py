@@ -311,6 +311,13 @@ class Journal:
         self._data_in += nbytes
         self._queue.put_nowait(("D", record_id, pending, nbytes))
 
+    def forget(self, record_id: str) -> None:
+        """The open exchange ``record_id`` is done without a record of that id (a multi-turn
+        stream's records have ids of their own: ``observer.capture.turns``): a ``FORGET``
+        entry, so recovery does not rebuild it."""
+        self._cut_sent.discard(record_id)
+        self._queue.put_nowait(("F", record_id))
+
     def record(self, record: Exchange) -> bool:
         """Queues a finished record; False (dropped, counted in a ``queue_full`` gap) when
         ``queue_max`` records are waiting or the journal is closed."""

@@ -6,6 +6,11 @@ outcome is ``interrupted`` unless the bytes already held the stream's end (then 
 complete and only its record was not yet made: ``completed``). ``transport_error`` says it was
 recovered; a ``CUT`` entry (bytes missing from the journal) adds an ``observer_error``.
 
+A multi-turn stream (``observer.tap``) is cut into the same turns as live, with the same ids
+(``observer.capture.turns``); a turn whose record is in the journal is not rebuilt, and the
+store skips one it already holds. A later turn's request is the stream's (the request body's
+later envelopes are not journaled).
+
 Echoes of the request's credential values are scrubbed from a live record (the proxy keeps those
 values in memory only, never on disk); a recovered record gets the credential-shaped redaction
 only (``observer.redact.redact_record`` with no values).
@@ -22,14 +27,15 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from observer.capture.parsing import finish_observer, open_observer
+from observer.capture.parsing import final_facts, open_observer
+from observer.capture.turns import turn_skeleton
 from observer.dialects.registry import DialectRegistry
 from observer.journal import format as fmt
 from observer.journal.journal import segment_name, segment_numbers
 from observer.reassembly import EndCause
 from observer.records import Exchange, Violation, ViolationKind
 from observer.redact import redact_record
-from observer.response import ResponseSpec, StreamEnd, assemble
+from observer.response import ResponseFacts, ResponseSpec, StreamEnd, assemble
 from observer.tap import feed_pending
 
 log = logging.getLogger("observer.journal")
@@ -70,6 +76,7 @@ def recover(directory: Path, registry: DialectRegistry) -> Recovery:
     reading is skipped (only a running journal deletes one, after its records were stored)."""
     result = Recovery()
     opened: dict[str, _Open] = {}
+    recorded: set[str] = set()  # ids of the records in the journal
     numbers = segment_numbers(directory)
     for i, number in enumerate(numbers):
         try:
@@ -101,7 +108,9 @@ def recover(directory: Path, registry: DialectRegistry) -> Recovery:
                 if kind is fmt.Kind.RECORD:
                     result.record_seqs.append(e.seq)
                     try:
-                        opened.pop(fmt.loads(memoryview(e.body)[8:])["id"], None)
+                        record_id = fmt.loads(memoryview(e.body)[8:])["id"]
+                        opened.pop(record_id, None)
+                        recorded.add(record_id)
                     except (ValueError, KeyError, TypeError):
                         pass  # the drainer rejects it
                 continue
@@ -120,15 +129,17 @@ def recover(directory: Path, registry: DialectRegistry) -> Recovery:
                 else:
                     opened[rid].cut = True
     for rid, o in opened.items():
-        record = _rebuild(o, registry)
-        if record is None:
+        records = _rebuild(o, registry)
+        if records is None:
             result.damaged.append(f"open exchange {rid}: unreadable")
         else:
-            result.records.append(record)
+            result.records += [r for r in records if r.id not in recorded]
     return result
 
 
-def _rebuild(o: _Open, registry: DialectRegistry) -> Exchange | None:
+def _rebuild(o: _Open, registry: DialectRegistry) -> list[Exchange] | None:
+    """The records of one open exchange: one, or a multi-turn stream's turns (module
+    docstring); ``None`` when its entry cannot be read."""
     try:
         d = o.entry.json
         exchange = Exchange.from_dict(d["exchange"])
@@ -139,6 +150,7 @@ def _rebuild(o: _Open, registry: DialectRegistry) -> Exchange | None:
         return None
     obs = open_observer(registry, spec, "recovery")
     last_s = spec.started_at_s
+    turns: list[tuple[int, ResponseFacts]] = []
     for e in o.data:
         try:
             pending = e.chunks()
@@ -148,14 +160,27 @@ def _rebuild(o: _Open, registry: DialectRegistry) -> Exchange | None:
         if pending:
             last_s = max(last_s, pending[-1])
             feed_pending(obs, pending)
-    facts = finish_observer(obs, StreamEnd(EndCause.SHUTDOWN, last_s, transport_error=RECOVERED))
-    if o.cut:
+            turns += obs.take_turns()
+    facts = final_facts(obs, StreamEnd(EndCause.SHUTDOWN, last_s, transport_error=RECOVERED))
+    if facts is not None and o.cut:
         facts.violations.append(
             Violation(
                 ViolationKind.OBSERVER_ERROR, None, "recovery: response bytes after those kept were not in the journal"
             )
         )
-    record = assemble(exchange, violations, facts)
+    if not turns:
+        return [_record(exchange, violations, facts if facts is not None else ResponseFacts())]
+    if facts is not None:
+        turns.append((len(turns), facts))
+    records, started = [], None
+    for index, turn in turns:
+        records.append(_record(turn_skeleton(exchange, index, started), violations, turn))
+        started = turn.ended_at
+    return records
+
+
+def _record(skeleton: Exchange, violations: list[Violation], facts: ResponseFacts) -> Exchange:
+    record = assemble(skeleton, violations, facts)
     redact_record(record, [])
     return record
 

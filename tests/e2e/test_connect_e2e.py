@@ -4,11 +4,14 @@ TLS, trusting only the proxy's CA) against the toy ``connectrpc`` services of
 
 - a Cursor-shaped bidi ``agent.v1.AgentService/Run``: text deltas, a streamed tool call and
   ``turn_ended`` with usage, then heartbeats on a stream left open until the client resets it:
-  the record is ``completed`` (the turn ended) with what the client received;
+  the record is ``completed`` with what the client received, and in the store at
+  ``turn_ended``, while the stream is still open; a second turn on the same stream
+  (``conversation_action``) is a record of its own;
 - the same ``Run`` reset by the client mid-turn: ``client_aborted`` with the text that arrived;
-- a Windsurf-shaped server stream ``exa.api_server_pb.ApiServerService/GetChatMessage`` ending
-  with END_STREAM; its request's ``api_key`` and ``user_jwt`` (Metadata 1.3, 1.21) are never
-  stored.
+- a Windsurf-shaped server stream ``exa.api_server_pb.ApiServerService/GetChatMessage`` in
+  Connect (ending with END_STREAM) and in gRPC (ending with ``grpc-status`` in the HTTP/2
+  trailers), cleanly and with an error; its request's ``api_key`` and ``user_jwt`` (Metadata
+  1.3, 1.21) are never stored.
 
 Connect clients compress every envelope with gzip (binary-formats §1.2). The server bounds its own
 lifetime (``connect_toy/server.py``); hypercorn runs in its own process group, killed at
@@ -20,7 +23,7 @@ import asyncio
 import json
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +34,10 @@ from tests.e2e.servers import NewRecords
 pytest.importorskip("connectrpc")
 pyqwest = pytest.importorskip("pyqwest")
 pytest.importorskip("hypercorn")
+
+from connectrpc.code import Code  # noqa: E402
+from connectrpc.errors import ConnectError  # noqa: E402
+from connectrpc.protocol import ProtocolType  # noqa: E402
 
 from tests.e2e.connect_toy import agent_toy_pb2 as a  # noqa: E402
 from tests.e2e.connect_toy import chat_toy_pb2 as c  # noqa: E402
@@ -110,22 +117,43 @@ def run_request(case: str) -> a.AgentClientMessage:
     )
 
 
-async def bidi_turn(server: ToyConnectServer, proxy: Any, case: str, stop_after_texts: int | None) -> dict[str, Any]:
-    """Runs ``Run`` through the proxy and resets the stream: after ``turn_ended`` and two
-    heartbeats, or after ``stop_after_texts`` text deltas. Returns what the client received."""
-    done = asyncio.Event()
+def conversation_action(text: str) -> a.AgentClientMessage:
+    action = a.ConversationAction(user_message_action=a.UserMessageAction(user_message=a.UserMessage(text=text)))
+    return a.AgentClientMessage(conversation_action=action)
+
+
+async def bidi(
+    server: ToyConnectServer,
+    proxy: Any,
+    case: str,
+    *,
+    stop_after_texts: int | None = None,
+    followups: tuple[str, ...] = (),
+    on_turn_ended: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Runs ``Run`` through the proxy on one stream: after each ``turn_ended``, calls
+    ``on_turn_ended(turn index)`` (in a thread, the stream still open) and sends the next of
+    ``followups`` as a ``conversation_action``; after the last turn and two heartbeats, or after
+    ``stop_after_texts`` text deltas, resets the stream. Returns what the client received, per turn."""
+    queue: asyncio.Queue[a.AgentClientMessage | None] = asyncio.Queue()
+    pending = list(followups)
 
     async def requests() -> AsyncIterator[a.AgentClientMessage]:
         yield run_request(case)
-        await asyncio.wait_for(done.wait(), 3 * STEP_S)  # the upload stays open, as Cursor's does
+        while (message := await asyncio.wait_for(queue.get(), 3 * STEP_S)) is not None:
+            yield message  # the upload stays open between turns, as Cursor's does
 
-    got: dict[str, Any] = {"text": "", "args": "", "usage": None, "model": None, "heartbeats": 0}
+    def new_turn() -> dict[str, Any]:
+        return {"text": "", "args": "", "usage": None, "model": None, "heartbeats": 0}
+
+    turns = [new_turn()]
     client = AgentServiceClient(server.url, http_client=http_client(proxy))
     stream = client.run(requests())
-    deadline = time.monotonic() + 3 * STEP_S
+    deadline = time.monotonic() + 4 * STEP_S
     try:
         texts = 0
         while time.monotonic() < deadline:
+            got = turns[-1]
             message = await asyncio.wait_for(anext(stream), STEP_S)
             u = message.interaction_update
             if u.HasField("text_delta"):
@@ -139,22 +167,32 @@ async def bidi_turn(server: ToyConnectServer, proxy: Any, case: str, stop_after_
                 got["model"] = u.routed_model.display_name
             elif u.HasField("turn_ended"):
                 got["usage"] = (u.turn_ended.input_tokens, u.turn_ended.output_tokens)
+                if on_turn_ended is not None:
+                    await asyncio.to_thread(on_turn_ended, len(turns) - 1)
+                if pending:
+                    await queue.put(conversation_action(pending.pop(0)))
+                    turns.append(new_turn())
             elif u.HasField("heartbeat"):
                 got["heartbeats"] += 1
                 if got["usage"] is not None and got["heartbeats"] >= 2:
-                    break  # the turn ended and the stream is still open: reset it, as Cursor does
+                    break  # the last turn ended and the stream is still open: reset it, as Cursor does
     finally:
-        done.set()
+        await queue.put(None)
         await stream.aclose()  # type: ignore[attr-defined]
         await client.close()
-    return got
+    return turns
 
 
-def test_cursor_run_left_open_after_turn_ended_then_reset(toy_server: ToyConnectServer, recorded: Any) -> None:
+def test_cursor_turn_is_recorded_when_it_ends_while_the_stream_stays_open(
+    toy_server: ToyConnectServer, recorded: Any
+) -> None:
+    """The record is made at ``turn_ended``: it is in the store while the client still holds
+    the stream open (the server sends heartbeats); the reset that follows adds no record."""
     new = NewRecords(recorded.api)
-    got = asyncio.run(bidi_turn(toy_server, recorded, "turn", None))
+    seen: list[dict[str, Any]] = []
+    (got,) = asyncio.run(bidi(toy_server, recorded, "turn", on_turn_ended=lambda i: seen.extend(new.wait(1))))
     assert got["text"] == "".join(toy.TURN_TEXT) and got["usage"] == toy.USAGE and got["heartbeats"] >= 2
-    (record,) = new.wait(1)
+    (record,) = seen  # found before the reset
     assert record["dialect"] == "connect.cursor" and record["path"] == "/agent.v1.AgentService/Run"
     assert record["http_version"] == "HTTP/2.0"
     assert record["outcome"] == "completed", record
@@ -170,12 +208,48 @@ def test_cursor_run_left_open_after_turn_ended_then_reset(toy_server: ToyConnect
     assert record["request"]["model"] == "toy-model"
     assert record["request"]["messages"] == [{"role": "user", "content": "Hi toy"}]
     assert record["request"]["metadata"] == {"conversation_id": "turn"}
-    assert "cancel" in (record["transport_error"] or "").lower(), record["transport_error"]
+    assert record["transport_error"] is None  # made before the stream ended
+    time.sleep(1.0)
+    assert new.wait(0, settle_s=0.5) == [], "the reset after the turn made a record"
+
+
+def test_cursor_second_turn_on_the_same_stream_is_a_record_of_its_own(
+    toy_server: ToyConnectServer, recorded: Any
+) -> None:
+    """``conversation_action`` on the open stream starts the next turn: each turn's record is
+    in the store when its ``turn_ended`` arrives, the second with the follow-up as its last
+    request message, starting when the first ended."""
+    new = NewRecords(recorded.api)
+    seen: list[dict[str, Any]] = []
+    first, second = asyncio.run(
+        bidi(
+            toy_server,
+            recorded,
+            "two-turns",
+            followups=("And tomorrow?",),
+            on_turn_ended=lambda i: seen.extend(new.wait(1)),
+        )
+    )
+    assert first["text"] == "".join(toy.TURN_TEXT) and second["text"] == "".join(toy.TURN2_TEXT)
+    one, two = seen
+    assert (one["text"], one["outcome"], one["tool_calls"][0]["id"]) == (first["text"], "completed", "call_1")
+    assert (two["text"], two["outcome"], two["tool_calls"]) == (second["text"], "completed", [])
+    assert (two["usage"]["input_tokens"], two["usage"]["output_tokens"]) == toy.USAGE2
+    assert two["model"] == toy.ROUTED_MODEL and two["stop_reason_raw"] == "turn_ended"
+    assert one["request"]["messages"] == [{"role": "user", "content": "Hi toy"}]
+    assert two["request"]["messages"] == [
+        {"role": "user", "content": "Hi toy"},
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    assert two["started_at"] == one["ended_at"] and one["id"] != two["id"]
+    assert one["request"]["metadata"] == two["request"]["metadata"] == {"conversation_id": "two-turns"}
+    time.sleep(1.0)
+    assert new.wait(0, settle_s=0.5) == [], "the reset after the last turn made a record"
 
 
 def test_cursor_run_reset_mid_turn(toy_server: ToyConnectServer, recorded: Any) -> None:
     new = NewRecords(recorded.api)
-    got = asyncio.run(bidi_turn(toy_server, recorded, "reset-mid-turn", 2))
+    (got,) = asyncio.run(bidi(toy_server, recorded, "reset-mid-turn", stop_after_texts=2))
     assert got["text"] == "".join(toy.TURN_TEXT[:2])
     (record,) = new.wait(1)
     assert record["dialect"] == "connect.cursor"
@@ -185,33 +259,53 @@ def test_cursor_run_reset_mid_turn(toy_server: ToyConnectServer, recorded: Any) 
     assert [v["kind"] for v in record["violations"]] == ["missing_stream_end"]
 
 
-def test_windsurf_server_stream_ends_with_end_stream(toy_server: ToyConnectServer, recorded: Any) -> None:
-    new = NewRecords(recorded.api)
+def windsurf_call(
+    server: ToyConnectServer, proxy: Any, protocol: ProtocolType, model: str
+) -> tuple[list[c.GetChatMessageResponse], BaseException | None]:
+    """``GetChatMessage`` through the proxy in ``protocol``: the messages received until the
+    stream ended, and the error it ended with (``None`` when it ended cleanly)."""
     request = c.GetChatMessageRequest(
         metadata=c.Metadata(ide_name="windsurf", api_key=API_KEY, user_jwt=USER_JWT),
         chat_messages=[c.ChatMessagePrompt(message_id="m1", source=1, prompt="Weather in Paris?")],
-        chat_model_uid="toy-windsurf-model",
+        chat_model_uid=model,
     )
 
-    async def call() -> list[c.GetChatMessageResponse]:
-        client = ApiServerServiceClient(toy_server.url, http_client=http_client(recorded))
+    async def call() -> tuple[list[c.GetChatMessageResponse], BaseException | None]:
+        client = ApiServerServiceClient(server.url, http_client=http_client(proxy), protocol=protocol)
+        out: list[c.GetChatMessageResponse] = []
         try:
-            out = []
             stream = client.get_chat_message(request)
             deadline = time.monotonic() + 3 * STEP_S
             while time.monotonic() < deadline:
                 try:
                     out.append(await asyncio.wait_for(anext(stream), STEP_S))
                 except StopAsyncIteration:
-                    return out
+                    return out, None
+                except ConnectError as exc:
+                    return out, exc
             raise AssertionError("the stream did not end")
         finally:
             await client.close()
 
-    messages = asyncio.run(call())
+    return asyncio.run(call())
+
+
+PROTOCOLS = pytest.mark.parametrize("protocol", [ProtocolType.CONNECT, ProtocolType.GRPC], ids=["connect", "grpc"])
+
+
+@PROTOCOLS
+def test_windsurf_server_stream_ends_with_its_protocols_end(
+    protocol: ProtocolType, toy_server: ToyConnectServer, recorded: Any
+) -> None:
+    """Connect ends the stream with an END_STREAM envelope, gRPC with ``grpc-status: 0`` in the
+    HTTP/2 trailers (grpc ``doc/PROTOCOL-HTTP2.md``): either way the record is ``completed``."""
+    new = NewRecords(recorded.api)
+    messages, error = windsurf_call(toy_server, recorded, protocol, "toy-windsurf-model")
+    assert error is None
     (record,) = new.wait(1)
     assert record["dialect"] == "connect.windsurf"
     assert record["outcome"] == "completed", record
+    assert [v["kind"] for v in record["violations"]] == ["undeclared_tool"]  # the toy request declares none
     assert record["text"] == "".join(m.delta_text for m in messages) == "".join(toy.WINDSURF_TEXT)
     (call_,) = record["tool_calls"]
     assert (call_["id"], call_["name"], call_["arguments"]) == ("call_1", "get_weather", '{"city":"Paris"}')
@@ -222,3 +316,20 @@ def test_windsurf_server_stream_ends_with_end_stream(toy_server: ToyConnectServe
     assert record["request"]["metadata"] == {"ide_name": "windsurf"}
     stored = json.dumps(recorded.api.detail(record["id"]))
     assert API_KEY not in stored and USER_JWT not in stored
+
+
+@PROTOCOLS
+def test_windsurf_stream_error_is_recorded_with_its_code_and_message(
+    protocol: ProtocolType, toy_server: ToyConnectServer, recorded: Any
+) -> None:
+    """The server fails the stream after one delta with ``RESOURCE_EXHAUSTED``: Connect sends it
+    in the END_STREAM envelope's JSON, gRPC as ``grpc-status: 8`` and a percent-encoded
+    ``grpc-message`` in the trailers; the client's error and the record's are the same."""
+    new = NewRecords(recorded.api)
+    messages, error = windsurf_call(toy_server, recorded, protocol, toy.QUOTA_MODEL)
+    assert isinstance(error, ConnectError) and error.code is Code.RESOURCE_EXHAUSTED
+    assert error.message == toy.QUOTA_MESSAGE
+    (record,) = new.wait(1)
+    assert record["outcome"] == "error", record
+    assert record["error"] == {"code": "resource_exhausted", "message": toy.QUOTA_MESSAGE}
+    assert record["text"] == "".join(m.delta_text for m in messages) == toy.WINDSURF_TEXT[0]

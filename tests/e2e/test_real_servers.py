@@ -23,7 +23,9 @@ Anthropic (the anthropic SDK 2.x sends ``Authorization: Bearer``), ``Authorizati
 from __future__ import annotations
 
 import json
+import re
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -532,29 +534,98 @@ def test_katan_azure_openai(katan: KatanServer, recorded: Any) -> None:
     assert rec["request_model"] == "prod-gpt4o"
 
 
-def test_katan_bedrock_converse_stream_passes_unrecorded(katan: KatanServer, recorded: Any) -> None:
-    """Bedrock ConverseStream: no dialect in the registry claims ``/model/{id}/converse-stream``
-    (llm-katan sends SSE ``data:`` lines labelled ``application/vnd.amazon.eventstream``, not
-    AWS's binary event-stream framing). The proxy must pass it through untouched and store no
-    record."""
-    from observer.dialects.base import RequestView
-    from observer.dialects.registry import default_registry
+BEDROCK_CONVERSE_PATH = "/model/anthropic.claude-3-haiku-20240307-v1:0/converse-stream"
+BEDROCK_CONVERSE_BODY = {"messages": [{"role": "user", "content": [{"text": "Echo this back."}]}]}
 
-    path = "/model/anthropic.claude-3-haiku-20240307-v1:0/converse-stream"
-    view = RequestView("POST", "127.0.0.1", path, {"content-type": "application/json"})
-    if default_registry().classify(view) is not None:
-        pytest.skip("a dialect now claims Bedrock ConverseStream: extend this test to check its record")
-    records = NewRecords(recorded.api)
-    body = {"messages": [{"role": "user", "content": [{"text": "Echo this back."}]}]}
+
+def katan_converse_events(r: httpx.Response) -> tuple[list[dict[str, Any]], str]:
+    """llm-katan's ConverseStream answer read as what it is, SSE: every non-blank line a
+    ``data:`` line of one JSON event. Returns the events (each text delta's text replaced by its
+    length, the volatile ``metadata.metrics.latencyMs`` dropped) and the text joined, its echoed
+    ``time=...`` masked (both change between two requests; nothing else does)."""
+    lines = [line for line in r.text.split("\n") if line]
+    assert all(line.startswith("data: ") for line in lines), [x for x in lines if not x.startswith("data: ")]
+    events = [json.loads(line[len("data: ") :]) for line in lines]
+    text = ""
+    for ev in events:
+        delta = ev.get("contentBlockDelta", {}).get("delta", {})
+        if "text" in delta:
+            text += delta["text"]
+            delta["text"] = len(delta["text"])
+        ev.get("metadata", {}).get("metrics", {}).pop("latencyMs", None)
+    return events, re.sub(r"time=\S+", "time=<t>", text)
+
+
+def bedrock_sse_exchange(katan: KatanServer, recorded: Any) -> tuple[dict[str, Any], httpx.Response, httpx.Response]:
+    """One ConverseStream request to llm-katan directly, then the same through the proxy: the
+    proxied response, the direct one, and the one record the proxy stored."""
+    require_dialect("bedrock.converse")
     headers = {"Authorization": "Bearer bedrock-local", "x-amz-date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())}
+    with httpx.Client(trust_env=False, timeout=30) as c:
+        direct = c.post(katan.base_url + BEDROCK_CONVERSE_PATH, json=BEDROCK_CONVERSE_BODY, headers=headers)
+    records = NewRecords(recorded.api)
     with httpx.Client(proxy=recorded.proxy_url, verify=ca_context(recorded.ca_path), trust_env=False, timeout=30) as c:
-        r = c.post(katan.base_url + path, json=body, headers=headers)
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith("application/vnd.amazon.eventstream")
-    events = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
-    assert events[0] == {"messageStart": {"role": "assistant"}} and "metadata" in events[-1]
-    time.sleep(1.0)
-    assert records._new() == [], "a record was stored for a dialect nobody claims"
+        r = c.post(katan.base_url + BEDROCK_CONVERSE_PATH, json=BEDROCK_CONVERSE_BODY, headers=headers)
+    return records.one(), r, direct
+
+
+def test_katan_bedrock_converse_stream_sse_framing_recorded_as_violation(katan: KatanServer, recorded: Any) -> None:
+    """Bedrock ConverseStream, ``bedrock.converse``: llm-katan labels its answer
+    ``application/vnd.amazon.eventstream`` but sends SSE ``data: {json}`` lines, not AWS's
+    event-stream encoding, whose every frame is binary: ``total_length u32 BE | headers_length
+    u32 BE | prelude_crc u32`` (CRC-32 of the first 8 bytes), headers (``:event-type``
+    ``messageStart`` ...), the JSON payload, ``message_crc u32`` (AWS "Event stream encoding";
+    shared reference binary-formats §8; ``observer.wire.eventstream``). Read that way, katan's
+    first bytes ``data: {"`` are a total length of 0x64617461 (1.7 GB) and ``mess`` a prelude
+    CRC that ``zlib.crc32(b'data: {"')`` is not, and no later offset holds a valid prelude.
+
+    The client must get katan's bytes unchanged (the same SSE events as a direct request). The
+    record must hold the request (model from the URL path, messages as sent) and must say that
+    nothing of the answer could be read: a ``checksum_mismatch`` at byte 0 covering the whole
+    body, no text, no events, outcome ``unreadable``: never an empty ``completed`` record."""
+    rec, r, direct = bedrock_sse_exchange(katan, recorded)
+    # what the client got: katan's answer, unchanged by the proxy
+    assert r.status_code == direct.status_code == 200, r.text
+    assert r.headers["content-type"] == direct.headers["content-type"] == "application/vnd.amazon.eventstream"
+    assert len(r.content) == len(direct.content)
+    events, text = katan_converse_events(r)
+    assert (events, text) == katan_converse_events(direct)
+    assert events[0] == {"messageStart": {"role": "assistant"}}
+    assert events[1] == {"contentBlockStart": {"start": {"text": {}}, "contentBlockIndex": 0}}
+    assert events[-3:] == [
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "end_turn"}},
+        {"metadata": {"usage": {"inputTokens": 3, "outputTokens": 11, "totalTokens": 14}, "metrics": {}}},
+    ]
+    assert text.startswith("[echo] model=katan-echo ") and text.endswith("User: Echo this back."), text
+    body = r.content
+    assert body.startswith(b'data: {"mess') and int.from_bytes(body[:4], "big") == 0x64617461 > len(body)
+    # the record: the request as sent
+    assert rec["dialect"] == "bedrock.converse", rec["dialect"]
+    assert (rec["method"], rec["path"], rec["status_code"]) == ("POST", BEDROCK_CONVERSE_PATH, 200)
+    assert rec["request_model"] == "anthropic.claude-3-haiku-20240307-v1:0"
+    assert rec["request"]["model"] == "anthropic.claude-3-haiku-20240307-v1:0" and rec["request"]["stream"] is True
+    assert rec["request"]["messages"] == [{"role": "user", "content": [{"text": "Echo this back."}]}]
+    assert (rec["request"]["tools"], rec["request"]["parameters"]) == ([], {})
+    assert rec["model"] is None  # a ConverseStream never names the model
+    # the record: the answer was seen (every byte) but none of it read, and it says so
+    assert rec["response_bytes"] == len(body)
+    assert (rec["text"], rec["blocks"], rec["tool_calls"], rec["events"]) == ("", [], [], 0)
+    assert rec["usage"] == {"input_tokens": None, "output_tokens": None, "reported": False}
+    assert (rec["stop_reason"], rec["stop_reason_raw"], rec["ttft_s"], rec["error"]) == (None, None, None, None)
+    # katan ended its answer normally and not one frame could be read: ``unreadable`` ("the
+    # response ended normally but the observer could not read it"), not ``truncated``, and no
+    # ``missing_stream_end`` blaming the upstream (helper trial finding, fixed in observer.tap)
+    assert rec["outcome"] == "unreadable", rec["outcome"]
+    crc = [v for v in rec["violations"] if v["kind"] == "checksum_mismatch"]
+    assert len(crc) == 1, rec["violations"]
+    detail = crc[0]["detail"]
+    claimed_crc = int.from_bytes(b"mess", "big")  # bytes 8-11, where a prelude's CRC would be
+    actual_crc = zlib.crc32(b'data: {"')  # the CRC-32 of bytes 0-7, the would-be two lengths
+    assert detail.startswith("prelude CRC mismatch at byte 0: "), detail
+    assert f"expected 0x{claimed_crc:08x}, calculated 0x{actual_crc:08x}" in detail, detail
+    assert detail.endswith(f"the stream ended {len(body)} bytes later without another valid prelude"), detail
+    assert [v["kind"] for v in rec["violations"]] == ["checksum_mismatch"], rec["violations"]
 
 
 @pytest.mark.parametrize(

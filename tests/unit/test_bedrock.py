@@ -424,3 +424,25 @@ def test_bad_chunks_are_violations_and_exceptions_errors():
     assert adapter.on_message(event("exception:modelTimeoutException", {"message": "timed out"})) == [
         ErrorEvent(None, "modelTimeoutException", "timed out")
     ]
+
+
+def test_bytes_that_are_not_event_stream_framing_are_unreadable_not_truncated():
+    """SSE ``data:`` lines under ``application/vnd.amazon.eventstream`` (llm-katan's Bedrock
+    answer; tests/e2e/test_real_servers.py): read as AWS frames, the first 8 bytes
+    ``data: {"`` are a 0x64617461-byte total length whose prelude CRC (bytes 8-11, ``mess``)
+    is not ``zlib.crc32(b'data: {"')``, and no later offset holds a valid prelude. The stream
+    ended cleanly and nothing of it could be read: ``unreadable`` with the one
+    ``checksum_mismatch``, no ``missing_stream_end`` blaming the upstream (trial finding)."""
+    from tests.wirefeed import observe
+
+    body = b'data: {"messageStart": {"role": "assistant"}}\n\ndata: {"messageStop": {"stopReason": "end_turn"}}\n\n'
+    record = observe(
+        "bedrock.converse",
+        b'{"messages": [{"role": "user", "content": [{"text": "hi"}]}]}',
+        [body[:20], body[20:]],
+        content_type="application/vnd.amazon.eventstream",
+        path="/model/m/converse-stream",
+    )
+    assert (record["outcome"], record["text"], record["events"]) == ("unreadable", "", 0)
+    assert [v["kind"] for v in record["violations"]] == ["checksum_mismatch"]
+    assert record["response_bytes"] == len(body)

@@ -38,6 +38,7 @@ class FakeLink:
 
     on_facts: object
     on_death: object
+    on_turn: object = None
     max_buffer_bytes: int = 0
     nice: int = 0
     registry_factory: str = ""

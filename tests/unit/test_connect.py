@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import struct
+from typing import Any
 
 import orjson
 import pytest
@@ -400,3 +401,53 @@ def test_cursor_run_sse_request_is_a_bidi_request_id():
     facts, violations = default_registry().get("connect.cursor").parse_request(body, view)
     assert violations == [] and facts.messages == []
     assert facts.metadata == {"bidi_request_id": "4b5c3c1e-0000-4000-8000-000000000001"}
+
+
+# -- gRPC status in HTTP/2 trailers ---------------------------------------------------------------
+
+WINDSURF_PATH = "/exa.api_server_pb.ApiServerService/GetChatMessage"
+
+
+def _grpc_stream(trailers: tuple[tuple[str, str], ...], cause: EndCause = EndCause.EOF) -> Any:
+    obs = StreamObserver(
+        default_registry().get("connect.windsurf"),
+        ResponseSpec("connect.windsurf", 200, "application/grpc+proto", started_at_s=1.0, path=WINDSURF_PATH),
+    )
+    obs.feed(env(0, L(3, "Hi")), 1.5)
+    return obs.finish(TransportEnd(cause, 2.0, trailers=trailers))
+
+
+def test_grpc_status_in_the_http2_trailers_ends_the_stream():
+    """gRPC ends a stream in its HTTP/2 trailers (grpc ``doc/PROTOCOL-HTTP2.md``): ``grpc-status:
+    0`` is the stream's end; without trailers the same bytes are cut short."""
+    done = _grpc_stream((("grpc-status", "0"), ("x-trace", "t1")))
+    assert (done.outcome, done.blocks[0].text, done.violations) == ("completed", "Hi", [])
+    cut = _grpc_stream(())
+    assert (cut.outcome, [v.kind for v in cut.violations]) == ("truncated", [V.MISSING_STREAM_END])
+
+
+def test_a_grpc_error_status_in_the_trailers_is_the_error_percent_decoded():
+    """``grpc-message`` is percent-encoded on the wire (PROTOCOL-HTTP2.md); status 8 is
+    ``RESOURCE_EXHAUSTED`` (grpc ``doc/statuscodes.md``)."""
+    facts = _grpc_stream((("Grpc-Status", "8"), ("grpc-message", "quota%20exceeded")))
+    assert (facts.outcome, facts.error.code, facts.error.message) == ("error", "resource_exhausted", "quota exceeded")
+    assert facts.blocks[0].text == "Hi"
+
+
+def test_trailers_of_a_stream_that_did_not_end_cleanly_are_not_read():
+    """A reset has no trailers to trust (mitmproxy ends the flow with an error): the cause decides."""
+    facts = _grpc_stream((("grpc-status", "0"),), EndCause.CLIENT_ABORTED)
+    assert facts.outcome == "client_aborted"
+
+
+def test_the_addon_passes_trailers_or_a_trailers_only_response():
+    from mitmproxy import http
+
+    from observer.capture.hooks import _trailers
+
+    with_trailers = http.Response.make(200, b"", {"content-type": "application/grpc"})
+    with_trailers.trailers = http.Headers(grpc_status="0")
+    assert _trailers(with_trailers) == (("grpc-status", "0"),)
+    only = http.Response.make(200, b"", {"content-type": "application/grpc", "grpc-status": "16", "grpc-message": "no"})
+    assert _trailers(only) == (("grpc-status", "16"), ("grpc-message", "no"))
+    assert _trailers(http.Response.make(200, b"", {"content-type": "text/event-stream"})) == ()

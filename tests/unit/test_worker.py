@@ -28,7 +28,7 @@ from mitmproxy.test import taddons
 
 from observer.capture.hooks import METADATA_KEY, LLMAudit
 from observer.capture.link import WorkerLink
-from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, encode
+from observer.capture.messages import Data, Facts, Finish, FrameReader, Open, Turn, encode
 from observer.capture.worker import WorkerCore
 from observer.dialects.registry import default_registry
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd
@@ -105,14 +105,24 @@ def _chunks(case: Case, rng: random.Random) -> list:
     return out
 
 
-def _in_process(case: Case, pending: list) -> dict:
+def _in_process(case: Case, pending: list) -> list[dict]:
+    """The facts of each turn cut (one record each) and of the rest, unless it is empty."""
     obs = StreamObserver(default_registry().get(case.dialect), _spec(case))
     for i in range(0, len(pending), 2):
         obs.feed(pending[i], pending[i + 1])
-    return asdict(obs.finish(StreamEnd(case.end, T0 + 1.0)))
+    turns = [asdict(facts) for _, facts in obs.take_turns()]
+    facts = obs.finish(StreamEnd(case.end, T0 + 1.0))
+    return turns + ([] if obs.tail_empty else [asdict(facts)])
 
 
 ALL_CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
+# Fixtures of a stream cut into turns with nothing after the last (no final facts): by hand,
+# from their bytes (tests/fixtures/wire/connect.cursor: each ends with turn_ended and heartbeats).
+MULTI_TURN_EMPTY_TAIL = {
+    ("connect.cursor", "no_usage"),
+    ("connect.cursor", "run_turn"),
+    ("connect.cursor", "second_turn"),
+}
 
 
 def test_worker_core_facts_equal_in_process_facts():
@@ -137,10 +147,12 @@ def test_worker_core_facts_equal_in_process_facts():
         for m in msgs:
             (decoded,) = reader.feed(encode(m))
             answers += core.handle(decoded)
-        (answer,) = answers
+        *turns, answer = answers
         assert answer.__class__ is Facts and answer.fid == fid
-        facts = pickle.loads(pickle.dumps(answer.facts, protocol=5))
-        assert asdict(facts) == _in_process(case, pending), (d, c)
+        assert [(t.__class__, t.fid, t.index) for t in turns] == [(Turn, fid, i) for i in range(len(turns))]
+        got = [pickle.loads(pickle.dumps(m.facts, protocol=5)) for m in answers]
+        assert [asdict(f) for f in got if f is not None] == _in_process(case, pending), (d, c)
+        assert (answer.facts is None) == ((d, c) in MULTI_TURN_EMPTY_TAIL)
     assert core.open_flows == 0
 
 
@@ -162,7 +174,7 @@ def test_a_flow_the_worker_cannot_observe_still_gets_its_facts():
     assert [(v.kind, v.detail) for v in rec.violations] == [
         ("observer_error", "worker open: KeyError: 'no-such-dialect'")
     ]
-    assert asdict(good) == _in_process(case, [case.body, T0 + 0.01])
+    assert [asdict(good)] == _in_process(case, [case.body, T0 + 0.01])
 
 
 def test_worker_process_facts_equal_in_process_facts():
@@ -170,8 +182,13 @@ def test_worker_process_facts_equal_in_process_facts():
 
     async def run() -> dict[str, ResponseFacts]:
         got: dict[str, ResponseFacts] = {}
+        turns: dict[str, list] = {}
         deaths: list[str] = []
-        link = WorkerLink(on_facts=got.__setitem__, on_death=deaths.append)
+        link = WorkerLink(
+            on_facts=got.__setitem__,
+            on_death=deaths.append,
+            on_turn=lambda fid, index, facts: turns.setdefault(fid, []).append((index, facts)),
+        )
         link.start(asyncio.get_running_loop())
         rng = random.Random(11)
         plans = []
@@ -192,7 +209,10 @@ def test_worker_process_facts_equal_in_process_facts():
         assert link.close(timeout_s=10.0)
         assert deaths == []
         for fid, case, pending in plans:
-            assert asdict(got[fid]) == _in_process(case, pending), (case.dialect, case.name)
+            cut = turns.get(fid, [])
+            assert [i for i, _ in cut] == list(range(len(cut)))
+            made = [asdict(f) for _, f in cut] + ([] if got[fid] is None else [asdict(got[fid])])
+            assert made == _in_process(case, pending), (case.dialect, case.name)
         return got
 
     assert len(asyncio.run(run())) == len(ALL_CASES)

@@ -17,7 +17,7 @@ _sym_db = _symbol_database.Default()
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x0f\x61gent_toy.proto\x12\x08\x61gent.v1"\x1b\n\x0bUserMessage\x12\x0c\n\x04text\x18\x01 \x01(\t"@\n\x11UserMessageAction\x12+\n\x0cuser_message\x18\x01 \x01(\x0b\x32\x15.agent.v1.UserMessage"N\n\x12\x43onversationAction\x12\x38\n\x13user_message_action\x18\x01 \x01(\x0b\x32\x1b.agent.v1.UserMessageAction"6\n\x0cModelDetails\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x04 \x01(\t"\x87\x01\n\x0f\x41gentRunRequest\x12,\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x1c.agent.v1.ConversationAction\x12-\n\rmodel_details\x18\x03 \x01(\x0b\x32\x16.agent.v1.ModelDetails\x12\x17\n\x0f\x63onversation_id\x18\x05 \x01(\t"\x11\n\x0f\x43lientHeartbeat"y\n\x12\x41gentClientMessage\x12.\n\x0brun_request\x18\x01 \x01(\x0b\x32\x19.agent.v1.AgentRunRequest\x12\x33\n\x10\x63lient_heartbeat\x18\x07 \x01(\x0b\x32\x19.agent.v1.ClientHeartbeat"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t""\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t";\n\x0fPartialToolCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x17\n\x0f\x61rgs_text_delta\x18\x03 \x01(\t"\x0b\n\tHeartbeat"8\n\tTurnEnded\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04"#\n\x0bRoutedModel\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t"\xa6\x02\n\x11InteractionUpdate\x12\'\n\ntext_delta\x18\x01 \x01(\x0b\x32\x13.agent.v1.TextDelta\x12\x34\n\x11tool_call_started\x18\x02 \x01(\x0b\x32\x19.agent.v1.ToolCallStarted\x12\x34\n\x11partial_tool_call\x18\x07 \x01(\x0b\x32\x19.agent.v1.PartialToolCall\x12&\n\theartbeat\x18\r \x01(\x0b\x32\x13.agent.v1.Heartbeat\x12\'\n\nturn_ended\x18\x0e \x01(\x0b\x32\x13.agent.v1.TurnEnded\x12+\n\x0crouted_model\x18\x18 \x01(\x0b\x32\x15.agent.v1.RoutedModel"M\n\x12\x41gentServerMessage\x12\x37\n\x12interaction_update\x18\x01 \x01(\x0b\x32\x1b.agent.v1.InteractionUpdate2U\n\x0c\x41gentService\x12\x45\n\x03Run\x12\x1c.agent.v1.AgentClientMessage\x1a\x1c.agent.v1.AgentServerMessage(\x01\x30\x01\x62\x06proto3'
+    b'\n\x0f\x61gent_toy.proto\x12\x08\x61gent.v1"\x1b\n\x0bUserMessage\x12\x0c\n\x04text\x18\x01 \x01(\t"@\n\x11UserMessageAction\x12+\n\x0cuser_message\x18\x01 \x01(\x0b\x32\x15.agent.v1.UserMessage"N\n\x12\x43onversationAction\x12\x38\n\x13user_message_action\x18\x01 \x01(\x0b\x32\x1b.agent.v1.UserMessageAction"6\n\x0cModelDetails\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x04 \x01(\t"\x87\x01\n\x0f\x41gentRunRequest\x12,\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x1c.agent.v1.ConversationAction\x12-\n\rmodel_details\x18\x03 \x01(\x0b\x32\x16.agent.v1.ModelDetails\x12\x17\n\x0f\x63onversation_id\x18\x05 \x01(\t"\x11\n\x0f\x43lientHeartbeat"\xb4\x01\n\x12\x41gentClientMessage\x12.\n\x0brun_request\x18\x01 \x01(\x0b\x32\x19.agent.v1.AgentRunRequest\x12\x39\n\x13\x63onversation_action\x18\x04 \x01(\x0b\x32\x1c.agent.v1.ConversationAction\x12\x33\n\x10\x63lient_heartbeat\x18\x07 \x01(\x0b\x32\x19.agent.v1.ClientHeartbeat"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t""\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t";\n\x0fPartialToolCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x17\n\x0f\x61rgs_text_delta\x18\x03 \x01(\t"\x0b\n\tHeartbeat"8\n\tTurnEnded\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04"#\n\x0bRoutedModel\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t"\xa6\x02\n\x11InteractionUpdate\x12\'\n\ntext_delta\x18\x01 \x01(\x0b\x32\x13.agent.v1.TextDelta\x12\x34\n\x11tool_call_started\x18\x02 \x01(\x0b\x32\x19.agent.v1.ToolCallStarted\x12\x34\n\x11partial_tool_call\x18\x07 \x01(\x0b\x32\x19.agent.v1.PartialToolCall\x12&\n\theartbeat\x18\r \x01(\x0b\x32\x13.agent.v1.Heartbeat\x12\'\n\nturn_ended\x18\x0e \x01(\x0b\x32\x13.agent.v1.TurnEnded\x12+\n\x0crouted_model\x18\x18 \x01(\x0b\x32\x15.agent.v1.RoutedModel"M\n\x12\x41gentServerMessage\x12\x37\n\x12interaction_update\x18\x01 \x01(\x0b\x32\x1b.agent.v1.InteractionUpdate2U\n\x0c\x41gentService\x12\x45\n\x03Run\x12\x1c.agent.v1.AgentClientMessage\x1a\x1c.agent.v1.AgentServerMessage(\x01\x30\x01\x62\x06proto3'
 )
 
 _globals = globals()
@@ -37,24 +37,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
     _globals["_AGENTRUNREQUEST"]._serialized_end = 396
     _globals["_CLIENTHEARTBEAT"]._serialized_start = 398
     _globals["_CLIENTHEARTBEAT"]._serialized_end = 415
-    _globals["_AGENTCLIENTMESSAGE"]._serialized_start = 417
-    _globals["_AGENTCLIENTMESSAGE"]._serialized_end = 538
-    _globals["_TEXTDELTA"]._serialized_start = 540
-    _globals["_TEXTDELTA"]._serialized_end = 565
-    _globals["_TOOLCALLSTARTED"]._serialized_start = 567
-    _globals["_TOOLCALLSTARTED"]._serialized_end = 601
-    _globals["_PARTIALTOOLCALL"]._serialized_start = 603
-    _globals["_PARTIALTOOLCALL"]._serialized_end = 662
-    _globals["_HEARTBEAT"]._serialized_start = 664
-    _globals["_HEARTBEAT"]._serialized_end = 675
-    _globals["_TURNENDED"]._serialized_start = 677
-    _globals["_TURNENDED"]._serialized_end = 733
-    _globals["_ROUTEDMODEL"]._serialized_start = 735
-    _globals["_ROUTEDMODEL"]._serialized_end = 770
-    _globals["_INTERACTIONUPDATE"]._serialized_start = 773
-    _globals["_INTERACTIONUPDATE"]._serialized_end = 1067
-    _globals["_AGENTSERVERMESSAGE"]._serialized_start = 1069
-    _globals["_AGENTSERVERMESSAGE"]._serialized_end = 1146
-    _globals["_AGENTSERVICE"]._serialized_start = 1148
-    _globals["_AGENTSERVICE"]._serialized_end = 1233
+    _globals["_AGENTCLIENTMESSAGE"]._serialized_start = 418
+    _globals["_AGENTCLIENTMESSAGE"]._serialized_end = 598
+    _globals["_TEXTDELTA"]._serialized_start = 600
+    _globals["_TEXTDELTA"]._serialized_end = 625
+    _globals["_TOOLCALLSTARTED"]._serialized_start = 627
+    _globals["_TOOLCALLSTARTED"]._serialized_end = 661
+    _globals["_PARTIALTOOLCALL"]._serialized_start = 663
+    _globals["_PARTIALTOOLCALL"]._serialized_end = 722
+    _globals["_HEARTBEAT"]._serialized_start = 724
+    _globals["_HEARTBEAT"]._serialized_end = 735
+    _globals["_TURNENDED"]._serialized_start = 737
+    _globals["_TURNENDED"]._serialized_end = 793
+    _globals["_ROUTEDMODEL"]._serialized_start = 795
+    _globals["_ROUTEDMODEL"]._serialized_end = 830
+    _globals["_INTERACTIONUPDATE"]._serialized_start = 833
+    _globals["_INTERACTIONUPDATE"]._serialized_end = 1127
+    _globals["_AGENTSERVERMESSAGE"]._serialized_start = 1129
+    _globals["_AGENTSERVERMESSAGE"]._serialized_end = 1206
+    _globals["_AGENTSERVICE"]._serialized_start = 1208
+    _globals["_AGENTSERVICE"]._serialized_end = 1293
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,10 @@ handler is live (binary-formats §10), so a stream the client never resets still
 
 - ``"turn"``: routed model, text deltas, a streamed tool call, ``turn_ended`` with usage, then
   heartbeats every ``HEARTBEAT_S`` until the client resets the stream (or the lifetime ends);
-- ``"reset-mid-turn"``: two text deltas, then heartbeats only (no ``turn_ended``).
+- ``"reset-mid-turn"``: two text deltas, then heartbeats only (no ``turn_ended``);
+- ``"two-turns"``: the ``"turn"`` turn, then, when the client sends its next
+  ``conversation_action`` on the same stream, a second turn (routed model, ``TURN2_TEXT``,
+  ``turn_ended`` with ``USAGE2``), then heartbeats as above.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 from tests.e2e.connect_toy import agent_toy_pb2 as a
 from tests.e2e.connect_toy import chat_toy_pb2 as c
@@ -32,7 +38,11 @@ TURN_TEXT = ("Hello", " from", " the toy.")
 ARGS = ('{"city":', '"Paris"}')
 USAGE = (120, 6)
 ROUTED_MODEL = "toy-routed-model"
+TURN2_TEXT = ("Rain", " tomorrow.")
+USAGE2 = (150, 4)
 WINDSURF_TEXT = ("Bonjour", " !")
+QUOTA_MODEL = "toy-over-quota"  # GetChatMessage with this model fails after its first delta
+QUOTA_MESSAGE = "quota exceeded: 100% used"
 
 
 def _update(**fields: object) -> a.AgentServerMessage:
@@ -57,6 +67,12 @@ class Agent:
                 yield _update(partial_tool_call=a.PartialToolCall(call_id="call_1", args_text_delta=part))
             yield _update(tool_call_started=a.ToolCallStarted(call_id="call_1"))
             yield _update(turn_ended=a.TurnEnded(input_tokens=USAGE[0], output_tokens=USAGE[1]))
+        if case == "two-turns":
+            await asyncio.wait_for(anext(request), LIFETIME_S)  # the client's next turn
+            yield _update(routed_model=a.RoutedModel(display_name=ROUTED_MODEL))
+            for text in TURN2_TEXT:
+                yield _update(text_delta=a.TextDelta(text=text))
+            yield _update(turn_ended=a.TurnEnded(input_tokens=USAGE2[0], output_tokens=USAGE2[1]))
         while time.monotonic() < deadline:  # the stream stays open, as Cursor's does
             await asyncio.sleep(HEARTBEAT_S)
             yield _update(heartbeat=a.Heartbeat())
@@ -67,6 +83,8 @@ class Chat:
         self, request: c.GetChatMessageRequest, ctx: object
     ) -> AsyncIterator[c.GetChatMessageResponse]:
         yield c.GetChatMessageResponse(message_id="msg_1", delta_text=WINDSURF_TEXT[0])
+        if request.chat_model_uid == QUOTA_MODEL:  # the error ends the stream (Connect: END_STREAM; gRPC: trailers)
+            raise ConnectError(Code.RESOURCE_EXHAUSTED, QUOTA_MESSAGE)
         await asyncio.sleep(0.05)
         yield c.GetChatMessageResponse(delta_text=WINDSURF_TEXT[1])
         yield c.GetChatMessageResponse(
