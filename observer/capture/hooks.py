@@ -352,6 +352,7 @@ class LLMAudit:
         journal.start(max(recovery.max_seq, acked_seq) + 1, first)
         waiting = recovery.records_after(acked_seq)
         self._journal = journal
+        self._sockets.journal = journal  # WebSocket turns are journaled too (capture.sockets)
         self._drainer = Drainer(
             AuditStore(url),
             journal,

@@ -14,10 +14,18 @@ turn's request facts, its start the client message that opened the turn. Memory:
 its session (bounded decoders) and its open turns (each a bounded ``Reassembler``); how many may
 be open is the session's to bound (``observer.dialects.copilot.MAX_OPEN_TURNS``: past it the
 session closes its oldest, with an ``oversize_record`` violation).
+
+Crashes: with a ``journal``, each turn is an open exchange of its own (``OPEN`` with its record
+skeleton when it opens, a ``DATA`` chunk of the canonical events each message added,
+``observer.journal.turnlog``), closed by its record; a kill leaves it to journal recovery,
+which rebuilds it from those events (``interrupted``, with what had arrived). The socket's raw
+messages are never journaled (the client's may hold credentials; only the turn's redacted
+request facts are).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 import uuid
@@ -29,11 +37,12 @@ from observer.capture.flows import FlowState, FlowTable
 from observer.capture.request import FLOW_NAMESPACE, redacted, skeleton
 from observer.dialects.base import RequestView
 from observer.dialects.copilot import TurnClosed, TurnEvents, TurnOpened
+from observer.journal import turnlog
 from observer.limits import Limits
 from observer.reassembly import EndCause, Reassembler
 from observer.records import RequestFacts, Violation, ViolationKind, utc_from_epoch
 from observer.redact import REDACTED
-from observer.response import ResponseFacts
+from observer.response import ResponseFacts, ResponseSpec
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +103,7 @@ class SocketRecorder:
         self._flows = flows
         self.limits = limits  # the settings' (``configure`` replaces it)
         self.sockets: dict[str, Socket] = {}  # flow id -> observed socket
+        self.journal: Any = None  # ``observer.journal.Journal`` once the proxy journals (module docstring)
 
     def message(self, sock: Socket, from_client: bool, content: bytes, at_s: float) -> None:
         """One WebSocket message of ``sock``."""
@@ -127,6 +137,9 @@ class SocketRecorder:
                         r.violation(item)
                     else:
                         r.apply(item, effect.at_s)
+                if self.journal is not None and effect.items:
+                    chunk = turnlog.encode(effect.items)
+                    self.journal.data(turn.state.key, [chunk, effect.at_s], len(chunk))
             elif isinstance(effect, TurnOpened):
                 self._open(sock, effect)
             elif isinstance(effect, TurnClosed):
@@ -166,6 +179,9 @@ class SocketRecorder:
         state.secrets = redacted(opened.facts, state.violations)
         reassembler = Reassembler(opened.facts.tool_names, opened.facts.request_id, limits=self.limits)
         sock.turns[opened.key] = _Open(state, reassembler, opened.at_s)
+        if self.journal is not None:
+            spec = ResponseSpec(sock.dialect.name, 101, started_at_s=opened.at_s, path=ex.path, limits=self.limits)
+            self.journal.open_exchange(ex.id, copy.copy(ex), spec, list(state.violations))
 
     def _unreadable(self, sock: Socket, problem: Violation, at_s: float) -> None:
         """A record for a socket on an LLM host whose traffic cannot be read (its first problem,

@@ -11,6 +11,10 @@ A multi-turn stream (``observer.tap``) is cut into the same turns as live, with 
 store skips one it already holds. A later turn's request is the stream's (the request body's
 later envelopes are not journaled).
 
+A WebSocket turn (its dialect is a socket dialect: ``new_session``) was journaled as the
+canonical events its messages gave (``observer.journal.turnlog``): they are applied to a fresh
+reassembler, as live, and the turn ends as ``SHUTDOWN``.
+
 Echoes of the request's credential values are scrubbed from a live record (the proxy keeps those
 values in memory only, never on disk); a recovered record gets the credential-shaped redaction
 only (``observer.redact.redact_record`` with no values).
@@ -31,9 +35,10 @@ from observer.capture.parsing import final_facts, open_observer
 from observer.capture.turns import turn_skeleton
 from observer.dialects.registry import DialectRegistry
 from observer.journal import format as fmt
+from observer.journal import turnlog
 from observer.journal.journal import segment_name, segment_numbers
-from observer.reassembly import EndCause
-from observer.records import Exchange, Violation, ViolationKind
+from observer.reassembly import EndCause, Reassembler
+from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
 from observer.redact import redact_record
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd, assemble
 from observer.tap import feed_pending
@@ -148,6 +153,8 @@ def _rebuild(o: _Open, registry: DialectRegistry) -> list[Exchange] | None:
     except (ValueError, KeyError, TypeError):
         log.error("journal: an open exchange's entry cannot be read", exc_info=True)
         return None
+    if _is_socket(registry, spec.dialect):
+        return [_record(exchange, violations, _socket_turn(o, spec, exchange))]
     obs = open_observer(registry, spec, "recovery")
     last_s = spec.started_at_s
     turns: list[tuple[int, ResponseFacts]] = []
@@ -177,6 +184,45 @@ def _rebuild(o: _Open, registry: DialectRegistry) -> list[Exchange] | None:
         records.append(_record(turn_skeleton(exchange, index, started), violations, turn))
         started = turn.ended_at
     return records
+
+
+def _is_socket(registry: DialectRegistry, name: str) -> bool:
+    try:
+        return getattr(registry.get(name), "new_session", None) is not None
+    except KeyError:
+        return False  # open_observer records the unknown dialect
+
+
+def _socket_turn(o: _Open, spec: ResponseSpec, exchange: Exchange) -> ResponseFacts:
+    """The facts of a WebSocket turn left open: its journaled events replayed (module docstring)."""
+    request = exchange.request
+    r = Reassembler(request.tool_names, request.request_id, limits=spec.limits)
+    last_s = spec.started_at_s
+    for e in o.data:
+        try:
+            pending = e.chunks()
+            for i in range(0, len(pending), 2):
+                for item in turnlog.decode(pending[i]):
+                    if isinstance(item, Violation):
+                        r.violation(item)
+                    else:
+                        r.apply(item, pending[i + 1])
+                last_s = max(last_s, pending[i + 1])
+        except ValueError:
+            o.cut = True
+            break
+    facts = ResponseFacts(transport_error=RECOVERED)
+    r.finish(facts, EndCause.SHUTDOWN, request_start_s=spec.started_at_s)
+    facts.ended_at = utc_from_epoch(last_s)
+    if o.cut:
+        facts.violations.append(
+            Violation(
+                ViolationKind.OBSERVER_ERROR,
+                None,
+                "recovery: the turn's events after those kept were not in the journal",
+            )
+        )
+    return facts
 
 
 def _record(skeleton: Exchange, violations: list[Violation], facts: ResponseFacts) -> Exchange:

@@ -442,3 +442,89 @@ def test_a_socket_that_cannot_be_read_leaves_a_record_saying_so(first, said):
     assert record.outcome == "unreadable" and record.status_code == 101
     (violation,) = record.violations
     assert violation.kind in ("malformed_frame", "invalid_json") and said in violation.detail
+
+
+# -- crashes: the journal -------------------------------------------------------------------------
+
+
+def journaled_replay(tmp_path: Path, name: str, *, close: bool, upto: int | None = None) -> tuple[list[Exchange], Path]:
+    """``replay`` of the fixture's first ``upto`` messages (default all) with a real journal in
+    ``tmp_path`` that is then closed as a kill leaves it (no record for a turn still open): the
+    live records and the journal's folder."""
+    from observer.journal.journal import Journal
+
+    journal = Journal(tmp_path / "j")
+    journal.open()
+    journal.start()
+    case = json.loads((FIXTURES / f"{name}.ws.json").read_text())
+    host, _, path = case["url"].removeprefix("wss://").partition("/")
+    records, recorder, sock = hub_socket("/" + path, host)
+    recorder.journal = journal
+    t = 1_780_000_000.0
+    for m in case["messages"][:upto]:
+        t += 0.25
+        content = m["text"].encode() if "text" in m else bytes.fromhex(m["hex"])
+        recorder.message(sock, m["from_client"], content, t)
+    if close:
+        recorder.end(sock, case["close"]["by_client"], t + 0.25)
+    for record in records:
+        journal.record(record)
+    journal.close()
+    return records, journal.directory
+
+
+def test_a_turn_open_at_a_kill_is_recovered_from_its_journaled_events(tmp_path: Path):
+    """Killed after the ninth message (the full answer's ``update``, before the final item and
+    the ``Completion``): recovery rebuilds the turn from the events its messages gave, with the
+    live id and request, ``interrupted`` (source of the values: ``test_a_sydney_turn``, the same
+    fixture recorded live to its end)."""
+    from observer.journal.recovery import RECOVERED, recover
+
+    live, directory = journaled_replay(tmp_path, "sydney_turn", close=False, upto=9)
+    assert live == []
+    (record,) = recover(directory, default_registry()).records
+    s = summary(record)
+    assert (s["text"], s["blocks"], s["messages"]) == (A3, [(0, "text", A3)], [{"role": "user", "content": PROMPT}])
+    assert (s["dialect"], s["status_code"], s["outcome"], s["violations"]) == (
+        "signalr.copilot",
+        101,
+        "interrupted",
+        ["missing_stream_end"],
+    )
+    assert record.id == turn_record_id("flow-1", "0", 0) and record.transport_error == RECOVERED
+    assert record.to_dict()["request"]["parameters"] == SYDNEY_PARAMETERS
+    assert record.ttft_s == pytest.approx(0.75)
+
+
+def test_a_recorded_turn_is_not_recovered_and_no_credential_reaches_the_journal(tmp_path: Path):
+    """A turn whose record was journaled is closed there; the M365 socket's access token (in its
+    URL) is in no journal byte: the skeleton's path is redacted and raw messages are never
+    journaled."""
+    from observer.journal.recovery import recover
+
+    (record,), directory = journaled_replay(tmp_path, "m365_turn", close=True)
+    assert record.outcome == "completed"
+    assert recover(directory, default_registry()).records == []
+    journaled = b"".join(p.read_bytes() for p in directory.iterdir() if p.is_file())
+    assert b"Summarise my last meeting" in journaled  # the turn's request facts are there
+    assert b"eyJhbGciOiJub25lIn0" not in journaled
+
+
+def test_the_turn_log_round_trips_every_item_and_refuses_what_it_did_not_write():
+    from observer.events import ContentDelta, StopEvent, StreamEnd, StreamStart, ToolCallDelta, UsageEvent
+    from observer.journal import turnlog
+    from observer.records import Violation
+
+    items = [
+        StreamStart(None, "m", "r1"),
+        ContentDelta(3, 0, "Grüß ☕", "text"),
+        ToolCallDelta(None, "k", 1, "c1", "get", '{"a":'),
+        StopEvent(None, "end_turn", "done"),
+        UsageEvent(None, None, 7),
+        Violation("invalid_json", 4, "bad"),
+        StreamEnd(5, None),
+    ]
+    assert turnlog.decode(turnlog.encode(items)) == items
+    for bad in (b"{", b"{}", b'[["Nope", 1]]', b'[["UsageEvent", null]]', b"[1]"):
+        with pytest.raises(ValueError):
+            turnlog.decode(bad)
