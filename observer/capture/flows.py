@@ -16,7 +16,7 @@ from observer.capture.request import RequestRead, RequestTap, incomplete_request
 from observer.capture.tap import StreamTap
 from observer.capture.turns import turn_skeleton
 from observer.dialects.base import Dialect, RequestView
-from observer.records import Exchange, Violation, ViolationKind
+from observer.records import Exchange, Violation, ViolationKind, utc_from_epoch
 from observer.redact import redact_record
 from observer.response import ResponseFacts, StreamEnd, assemble, no_response_facts, unread_facts
 
@@ -36,8 +36,8 @@ class FlowState:
     (``not_llm_request``): neither body is kept, the response is not read, only its bytes
     counted (``unread_bytes``, by ``count_unread`` as mitmproxy's stream callable). A multi-turn
     stream: ``turns`` recorded so far, when the last one ended (``turn_ended_at``), and
-    ``reread``, which reads the request body as received so far (a streamed upload: the
-    client's later turns travel in it), or ``None``."""
+    ``reread(until_s)``, which reads the request body as received by then (a streamed upload:
+    the client's later turns travel in it), or ``None``."""
 
     dialect: Dialect
     exchange: Exchange
@@ -55,7 +55,7 @@ class FlowState:
     unread_bytes: int = 0
     turns: int = 0
     turn_ended_at: datetime | None = None
-    reread: Callable[[], RequestRead] | None = None
+    reread: Callable[[float | None], RequestRead] | None = None
 
     def count_unread(self, chunk: bytes) -> bytes:
         """``flow.response.stream`` of a metadata-only exchange: the chunk passed on unchanged,
@@ -207,15 +207,29 @@ class FlowTable:
                 self._forget(key)
 
     def _turn(self, state: FlowState, index: int, facts: ResponseFacts) -> None:
-        """Records turn ``index``: the stream's skeleton copied with the turn's id and start,
-        and, after the first turn, the request as received so far (``reread``), with its
-        credential values scrubbed as for the stream's."""
-        request, secrets = None, state.secrets
-        if index and state.reread is not None:
-            read = state.reread()
-            if read.facts is not None:
-                request, secrets = read.facts, [*state.secrets, *read.secrets]
-        turn = turn_skeleton(state.exchange, index, state.turn_ended_at if index else None, request)
+        """Records turn ``index``: the stream's skeleton copied with the turn's id. After the
+        first turn, of a streamed upload: the request as it was when the turn ended (``reread``:
+        a prompt the client sent later is the next turn's), with its credential values scrubbed
+        as for the stream's (an upload that outgrew its copy: the stream's request, with the
+        ``oversize_request``); the start is the client's first message after the previous turn
+        ended (its follow-up; ``ttft_s`` counted from there), else that end."""
+        request, secrets, violations = None, state.secrets, state.violations
+        started = state.turn_ended_at if index else None
+        tap = state.request_tap
+        if index and state.reread is not None and tap is not None:
+            ended_s = facts.ended_at.timestamp() if facts.ended_at is not None else None
+            read = state.reread(ended_s)
+            if read.facts is not None:  # the whole request read again: its violations replace the first read's
+                request, secrets, violations = read.facts, [*state.secrets, *read.secrets], read.violations
+            else:
+                violations = [*violations, *read.violations]
+            prev_s = started.timestamp() if started is not None else None
+            sent_s = tap.first_after(prev_s) if prev_s is not None else None
+            if sent_s is not None and (ended_s is None or sent_s <= ended_s):
+                started = utc_from_epoch(sent_s)
+                if facts.ttft_s is not None:
+                    facts.ttft_s = max(0.0, facts.ttft_s - (sent_s - prev_s))  # type: ignore[operator]
+        turn = turn_skeleton(state.exchange, index, started, request)
         state.turns = index + 1
         state.turn_ended_at = facts.ended_at
         self._record(
@@ -224,7 +238,7 @@ class FlowTable:
                 turn,
                 state.view,
                 state.client_id,
-                violations=state.violations,
+                violations=violations,
                 secrets=secrets,
                 envelope_secrets=state.envelope_secrets,
             ),

@@ -45,7 +45,14 @@ from observer.capture.backend import FailoverBackend, InProcessBackend
 from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.guard import Resolved, UpstreamGuard, build_guard, is_local, literal, resolve
-from observer.capture.request import RequestTap, declared_too_large, flow_record_id, read_request, skeleton
+from observer.capture.request import (
+    RequestRead,
+    RequestTap,
+    declared_too_large,
+    flow_record_id,
+    read_request,
+    skeleton,
+)
 from observer.capture.sockets import Socket, SocketRecorder
 from observer.capture.tap import StreamTap
 from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, did_you_mean, settings_from_options
@@ -931,9 +938,17 @@ def _trailers(response: http.Response) -> tuple[tuple[str, str], ...]:
 
 
 def _rereader(tap: RequestTap, dialect: Dialect, view: RequestView, encoding: str | None, limits: Limits):
-    """``FlowState.reread``: the request body as received so far, read again (a multi-turn
-    stream's later turn; ``observer.capture.flows``)."""
-    return lambda: read_request(dialect, view, tap.body() or b"", encoding, limits)
+    """``FlowState.reread``: the request body as received by ``until_s`` (epoch seconds), read
+    again (a multi-turn stream's later turn; ``observer.capture.flows``); an upload that outgrew
+    its copy gives no facts and its ``oversize_request``."""
+
+    def reread(until_s: float | None) -> RequestRead:
+        body = tap.body(until_s)
+        if body is None:
+            return RequestRead(None, [tap.overflow(limits)], body_bytes=tap.total_bytes)
+        return read_request(dialect, view, body, encoding, limits)
+
+    return reread
 
 
 def _legacy_spool(path: Path) -> list[Exchange]:

@@ -1,10 +1,14 @@
 """Reading an observed request: its record skeleton, its body (decoded with bounded work) into
 ``RequestFacts`` with credentials redacted, and the bounded copy of a streamed upload. Pure
-functions of plain values: no mitmproxy, no clock (times are arguments)."""
+functions of plain values: no mitmproxy; the one clock (a streamed upload's arrival times) is
+an argument of ``RequestTap``."""
 
 from __future__ import annotations
 
+import bisect
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from observer.dialects.base import Dialect, RequestView
@@ -128,17 +132,26 @@ def incomplete_request(seen_bytes: int | None) -> Violation:
     )
 
 
+MAX_UPLOAD_MARKS = 1 << 14  # arrival times a streamed upload keeps (``RequestTap``)
+
+
 class RequestTap:
     """The ``flow.request.stream`` callable of an observed request whose size is not declared
     (chunked upload): forwards every chunk unchanged and keeps a copy of at most ``max_bytes``
     for the record, so an endless upload is never buffered by the proxy (trial finding: a
-    400 MB chunked upload was held whole). Never raises."""
+    400 MB chunked upload was held whole), with each chunk's arrival time (``clock()``, epoch
+    seconds; the first ``MAX_UPLOAD_MARKS`` chunks): a multi-turn stream's later turn reads the
+    upload as it was when that turn ended (``body(until_s)``) and starts at the client's next
+    message (``first_after``). Never raises."""
 
-    __slots__ = ("_buf", "_max", "over", "total_bytes")
+    __slots__ = ("_buf", "_clock", "_ends", "_max", "_times", "over", "total_bytes")
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, clock: Callable[[], float] | None = None) -> None:
         self._buf = bytearray()
         self._max = max_bytes
+        self._clock = clock or time.time
+        self._times: list[float] = []  # arrival time of each kept chunk, in order
+        self._ends: list[int] = []  # bytes kept once that chunk was in
         self.over = False
         self.total_bytes = 0
 
@@ -149,13 +162,29 @@ class RequestTap:
                 if len(self._buf) + len(data) > self._max:
                     self.over = True
                     self._buf = bytearray()
+                    self._times, self._ends = [], []
                 else:
                     self._buf += data
+                    if len(self._times) < MAX_UPLOAD_MARKS:
+                        self._times.append(self._clock())
+                        self._ends.append(len(self._buf))
         return data
 
-    def body(self) -> bytes | None:
-        """The kept request body, or ``None`` when it outgrew ``max_bytes``."""
-        return None if self.over else bytes(self._buf)
+    def body(self, until_s: float | None = None) -> bytes | None:
+        """The kept request body, or ``None`` when it outgrew ``max_bytes``; with ``until_s``
+        (epoch seconds) only the chunks that had arrived by then (all of them past the first
+        ``MAX_UPLOAD_MARKS`` chunks' times)."""
+        if self.over:
+            return None
+        if until_s is None or len(self._times) >= MAX_UPLOAD_MARKS:
+            return bytes(self._buf)
+        n = bisect.bisect_right(self._times, until_s)
+        return bytes(self._buf[: self._ends[n - 1]]) if n else b""
+
+    def first_after(self, at_s: float) -> float | None:
+        """The arrival time of the first chunk after ``at_s`` (epoch seconds), or ``None``."""
+        i = bisect.bisect_right(self._times, at_s)
+        return self._times[i] if i < len(self._times) else None
 
     def overflow(self, limits: Limits) -> Violation:
         """The ``oversize_request`` violation of an upload that outgrew the copy."""

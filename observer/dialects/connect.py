@@ -19,8 +19,8 @@ Decisions:
 - Detection is the request's media type (``application/connect+*``, ``application/grpc*``)
   plus the RPC path; ``connect.unknown`` takes any other enveloped ``POST`` on an LLM host (the
   registry asks hosts for path-known dialects only).
-- The request is read from its first envelopes (at most ``MAX_REQUEST_ENVELOPES``; each
-  decompressed on its own, bounded by the request limits). A body that holds no envelope at all
+- The request is read from its envelopes (at most ``MAX_REQUEST_ENVELOPES``: the first and the
+  latest, ``request_envelopes``; each decompressed on its own, bounded by the request limits). A body that holds no envelope at all
   is not the dialect's request (``not_llm_request``).
 - **Credentials inside request bodies are never stored**: the field maps do not name Windsurf's
   ``Metadata.api_key`` (1.3) or ``user_jwt`` (1.21), so they are never read; for
@@ -58,6 +58,7 @@ Decisions:
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Any
 
 import orjson
@@ -221,21 +222,37 @@ def message_encoding(headers: Any) -> str | None:
 
 
 def request_envelopes(body: bytes, request: RequestView) -> tuple[list[bytes], list[Violation]]:
-    """The payloads of the first ``MAX_REQUEST_ENVELOPES`` request envelopes of ``body``
-    (decompressed, each on its own; gzip when compressed and no encoding was declared), and the
-    framing violations. A body cut inside an envelope (a bidi upload still going) is not a
+    """The payloads of ``body``'s request envelopes (decompressed, each on its own; gzip when
+    compressed and no encoding was declared), and the framing violations. At most
+    ``MAX_REQUEST_ENVELOPES``: the first (a bidi stream's run request) and the latest (the
+    client's newest turn; heartbeats count too), those between dropped with one
+    ``oversize_request``. A body cut inside an envelope (a bidi upload still going) is not a
     violation: what was complete is read."""
     found = protocol_for(request.headers.get("content-type"))
     protocol = found[0] if found else EnvelopeProtocol.CONNECT
     decoder = EnvelopeDecoder(protocol, message_encoding(request.headers) or "gzip", request=True)
-    payloads: list[bytes] = []
+    first: list[bytes] = []
+    latest: deque[bytes] = deque(maxlen=MAX_REQUEST_ENVELOPES - 1)
+    seen = 0
     violations: list[Violation] = []
     for item in decoder.feed(body):
         if isinstance(item, Violation):
             violations.append(item)
-        elif len(payloads) < MAX_REQUEST_ENVELOPES:
-            payloads.append(item.payload)
-    return payloads, violations
+        elif not first:
+            first.append(item.payload)
+        else:
+            seen += 1
+            latest.append(item.payload)
+    if seen > len(latest):
+        dropped = seen - len(latest)
+        violations.append(
+            Violation(
+                V.OVERSIZE_REQUEST,
+                None,
+                f"{dropped} request envelopes between the first and the last {len(latest)} not read",
+            )
+        )
+    return first + list(latest), violations
 
 
 def _first(values: dict[str, list], name: str) -> Any:

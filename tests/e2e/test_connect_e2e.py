@@ -218,7 +218,7 @@ def test_cursor_second_turn_on_the_same_stream_is_a_record_of_its_own(
 ) -> None:
     """``conversation_action`` on the open stream starts the next turn: each turn's record is
     in the store when its ``turn_ended`` arrives, the second with the follow-up as its last
-    request message, starting when the first ended."""
+    request message, starting when the follow-up arrived (after the first ended)."""
     new = NewRecords(recorded.api)
     seen: list[dict[str, Any]] = []
     first, second = asyncio.run(
@@ -241,7 +241,7 @@ def test_cursor_second_turn_on_the_same_stream_is_a_record_of_its_own(
         {"role": "user", "content": "Hi toy"},
         {"role": "user", "content": "And tomorrow?"},
     ]
-    assert two["started_at"] == one["ended_at"] and one["id"] != two["id"]
+    assert one["ended_at"] < two["started_at"] < two["ended_at"] and one["id"] != two["id"]  # starts at its follow-up
     assert one["request"]["metadata"] == two["request"]["metadata"] == {"conversation_id": "two-turns"}
     time.sleep(1.0)
     assert new.wait(0, settle_s=0.5) == [], "the reset after the last turn made a record"

@@ -8,7 +8,10 @@ the local scripted upstream (``tests/e2e/upstream.py``), with the faults made fo
   stored (the SQLite store is write-locked by the test meanwhile): the next start on the same
   data folder stores each completed exchange once (``completed``) and each in-flight one once
   (``interrupted``, request facts, the text that had arrived as a prefix, "recovered from its
-  journal");
+  journal"); the same for a WebSocket turn (a real SignalR client, ``tests/e2e/chathub.py``'s
+  ChatHub, ``signalr.copilot``) open at the kill: the turn before it stored once (``completed``),
+  the open one rebuilt from its journaled events (``interrupted``, its prompt, the text that had
+  arrived);
 - (c) the journal's bound (``spool_max_bytes`` = 1 MiB) reached with no database to drain to:
   the segments stay within the bound plus the entry that crossed it (and the open exchange
   carried into a new segment), the loss is one ``spool_full`` gap whose ``dropped`` + the stored
@@ -29,6 +32,7 @@ harness's default, ``.observer`` under the repository, would be shared).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -508,6 +512,238 @@ def test_kill9_with_streams_in_flight_and_records_queued(upstream: UpstreamServe
         for pid in still_alive(kids):  # a child the kill left behind (the test then failed)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+
+
+class HubClient:
+    """A pysignalr client (JSON protocol) on an event loop of its own in a daemon thread, so the
+    socket stays open while the test kills and restarts processes; ``chat`` starts a turn and
+    returns (the ``update`` texts and items arrive in ``updates`` / ``items`` by prompt). Its
+    socket follows ``HTTPS_PROXY`` (websockets), its negotiate POST goes to the hub directly
+    (aiohttp, ``trust_env`` off): ``ssl_ctx`` trusts the proxy's CA and the hub's."""
+
+    def __init__(self, url: str, ssl_ctx: Any):
+        from pysignalr.client import SignalRClient
+        from pysignalr.protocol.json import JSONProtocol
+
+        self.client = SignalRClient(url, protocol=JSONProtocol(), ssl=ssl_ctx, retry_count=1, connection_timeout=10)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="e2e-signalr", daemon=True)
+        self.lock = threading.Lock()
+        self.updates: dict[str, list[str]] = {}  # prompt -> the bot texts of its ``update``s
+        self.items: dict[str, list[Any]] = {}  # prompt -> its StreamItems
+        self.ended: dict[str, str] = {}  # prompt -> "completed" | the error
+        self.current: str | None = None
+        self.task: asyncio.Future[Any] | None = None
+        self.opened = threading.Event()
+
+    def _call(self, coro: Any, timeout: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def open(self, timeout: float = 15.0) -> None:
+        async def on_open() -> None:
+            self.opened.set()
+
+        async def on_update(args: list[Any]) -> None:
+            msgs = (args[0] or {}).get("messages") or []
+            if msgs and msgs[-1].get("author") == "bot" and not msgs[-1].get("messageType"):
+                with self.lock:
+                    if self.current is not None:
+                        self.updates[self.current].append(msgs[-1]["text"])
+
+        async def start() -> None:
+            self.client.on_open(on_open)
+            self.client.on("update", on_update)
+            self.task = asyncio.ensure_future(self.client.run())
+
+        self.thread.start()
+        self._call(start(), 5)
+        if not self.opened.wait(timeout):
+            raise TimeoutError("the SignalR client did not open its socket")
+
+    def chat(self, prompt: str, timeout: float = 10.0) -> None:
+        with self.lock:
+            self.current = prompt
+            self.updates[prompt], self.items[prompt] = [], []
+
+        async def on_next(item: Any) -> None:
+            with self.lock:
+                self.items[prompt].append(item)
+
+        async def on_complete(_: Any) -> None:
+            with self.lock:
+                self.ended[prompt] = "completed"
+
+        async def on_error(message: Any) -> None:
+            with self.lock:
+                self.ended[prompt] = str(getattr(message, "error", message))
+
+        arg = {
+            "source": "cib",
+            "isStartOfSession": True,
+            "tone": "Creative",
+            "message": {"author": "user", "inputMethod": "Keyboard", "text": prompt, "messageType": "Chat"},
+            "conversationId": "conv-e2e-kill9",
+        }
+        self._call(self.client.stream("chat", [arg], on_next, on_complete, on_error), timeout)
+
+    def texts(self, prompt: str) -> list[str]:
+        with self.lock:
+            return list(self.updates.get(prompt, []))
+
+    def close(self) -> None:
+        """Stops the client (its ``run()`` cancelled) and the loop; bounded."""
+        if not self.thread.is_alive():
+            return
+
+        async def stop() -> None:
+            if self.task is None:
+                return
+            self.task.cancel()  # a no-op when run() ended already (its reconnect to the killed proxy failed)
+            with contextlib.suppress(BaseException):  # awaited either way: its exception is retrieved
+                await asyncio.wait_for(self.task, 10)
+
+        with contextlib.suppress(Exception):
+            self._call(stop(), 15)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+@pytest.mark.timeout(150)
+def test_kill9_with_a_websocket_turn_open_recovers_it_from_its_journaled_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SignalR socket (Copilot's ChatHub, ``signalr.copilot``) through ``observer run``: one
+    turn completes and is stored; a second (``slow``: the hub sends two updates, then waits) is
+    open when the proxy gets ``kill -9``. The next start on the same data folder stores it from
+    the journal: ``interrupted``, "recovered from its journal", its request the prompt, the text
+    that had arrived; the completed turn is not stored again."""
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("msgpack")
+    pytest.importorskip("pysignalr.client")
+    import ssl
+
+    from observer.journal.recovery import RECOVERED
+    from tests.e2e.chathub import ChatHubServer, answer_for, cumulative
+
+    data = tmp_path / "data"
+    db = tmp_path / "observer.db"
+    url = f"sqlite:///{db}"
+    run_id = uuid.uuid4().hex[:8]
+    first, slow = f"Wie ist das Wetter in Wien? #{run_id}", f"slow answer please #{run_id}"
+    obs1 = FaultObserver(tmp_path, "run1", data, url)
+    obs2 = FaultObserver(tmp_path, "run2", data, url)
+    hub = ChatHubServer(gap_s=0.03, slow_s=30.0, lifetime_s=140.0)  # slow_s > the test: no more text
+    client: HubClient | None = None
+    kids: dict[int, str] = {}
+    try:
+        hub.start()
+        obs1.start(timeout=45)
+        proxy_pid = obs1.proc.pid  # started with start_new_session: the proxy process leads its group
+        assert os.getpgid(proxy_pid) == proxy_pid
+        for k in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+            monkeypatch.setenv(k, obs1.proxy_url)  # the client's socket follows them (websockets)
+        for k in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(k, raising=False)
+        ctx = ssl.create_default_context(cafile=obs1.ca_path)
+        ctx.load_verify_locations(cafile=hub.ca_path)  # the negotiate POST goes to the hub directly
+        client = HubClient(hub.url(tls=True), ctx)
+        client.open()
+
+        # A complete turn, stored before the kill.
+        client.chat(first)
+        wait_until(lambda: client.ended.get(first), 15, what="the first turn's Completion at the client")
+        assert client.ended[first] == "completed", client.ended
+        assert client.texts(first) == cumulative(answer_for(first))
+        wait_until(lambda: sqlite_count(db) == 1, 20, interval=0.1, what="the first turn's record stored")
+
+        # The slow turn: two updates, then the hub waits (slow_s) for a cancel or a close.
+        client.chat(slow)
+        sent_two = cumulative(answer_for(slow))[:2]
+        wait_until(lambda: client.texts(slow) == sent_two, 15, what="the slow turn's two updates at the client")
+        snapshot = client.texts(slow)[-1]
+        server_open = hub.turn(slow, ended=False)
+        assert server_open.ended is None and server_open.updates == sent_two, server_open
+        time.sleep(0.5)  # > the journal's group commit: the events of what the client got are on disk
+
+        kids = children_of(proxy_pid)  # the API child (same group) and the worker (its own session)
+        assert any("observer.cli api" in c for c in kids.values()), f"no API child: {kids}"
+        os.kill(proxy_pid, signal.SIGKILL)
+        obs1.proc.wait(10)
+        assert obs1.proc.returncode == -signal.SIGKILL
+        wait_until(lambda: not still_alive(kids), 15, what=f"the children {kids} to exit after the kill")
+        # The hub sees its socket to the proxy go: the turn ends there, never completed.
+        server = hub.turn(slow, timeout=10)
+        assert server.ended == "closed" and server.final_text is None, server
+        assert server.updates == sent_two, server.updates
+        assert slow not in client.ended or client.ended[slow] != "completed", client.ended
+        client.close()
+        client = None
+        assert sqlite_count(db) == 1, "the open turn was stored before the restart"
+
+        obs2.start(timeout=45)
+        wait_until(lambda: sqlite_count(db) >= 2, 30, interval=0.2, what="the recovered turn stored after restart")
+        time.sleep(0.5)  # nothing more may arrive (a duplicate of the first turn would show here)
+        start2 = obs2.startup_counts()
+        code = obs2.stop(timeout=30)
+        assert code == 0, obs2.describe()
+
+        rows = sqlite_rows(
+            db,
+            "SELECT id, writer_id, seq, outcome, transport_error, text, request, status_code, dialect, path"
+            " FROM exchanges ORDER BY seq",
+        )
+        dump = [(r[3], r[4], r[5], as_json(r[6]).get("messages"), r[8], r[2]) for r in rows]
+        assert len(rows) == 2, dump
+        assert len({r[0] for r in rows}) == 2, f"one id stored twice: {dump}"
+        assert {r[8] for r in rows} == {"signalr.copilot"}, dump
+        assert len({r[9] for r in rows}) == 1, f"not one socket's turns: {[r[9] for r in rows]}"
+        assert len({r[1] for r in rows}) == 1, "one writer (the data folder's identity) for both runs"
+        assert [r[2] for r in rows] == [1, 2], dump
+        assert sqlite_rows(db, "SELECT seq, seq_end, dropped, reason FROM gaps") == []
+        by_prompt: dict[str, tuple] = {}
+        for r in rows:
+            msgs = as_json(r[6])["messages"]
+            assert len(msgs) == 1 and msgs[0]["role"] == "user", dump
+            assert msgs[0]["content"] not in by_prompt, f"{msgs[0]['content']!r} stored twice"
+            by_prompt[msgs[0]["content"]] = r
+        assert set(by_prompt) == {first, slow}, dump
+
+        _id, _w, _s, outcome, terr, text, _req, status, _d, _p = by_prompt[first]
+        assert (outcome, terr, text, status) == ("completed", None, answer_for(first), 101), dump
+
+        _id, _w, _s, outcome, terr, text, _req, status, _d, _p = by_prompt[slow]
+        assert (outcome, terr, status) == ("interrupted", RECOVERED, 101), dump
+        assert RECOVERED_MARK in terr
+        # The proxy relays a server message only after its websocket_message hook returned, and
+        # that hook hands the message's events to the journal: whatever the client had when the
+        # snapshot was taken was queued for the journal before, and on disk 0.5 s later (group
+        # commit), before the kill. So the client's text is a prefix of the recovered one (never
+        # the other way round in general: the proxy may journal a message the kill keeps it from
+        # relaying). The recovered text is a prefix of what the hub sent (nothing invented), and
+        # here the hub sent nothing after the second update (slow_s): all three are equal.
+        assert text, dump
+        assert text.startswith(snapshot), (text, snapshot)
+        assert server.updates[-1].startswith(text), (text, server.updates)
+        assert answer_for(slow).startswith(text) and len(text) < len(answer_for(slow)), text
+        assert text == snapshot == server.updates[-1], (text, snapshot, server.updates)
+
+        # (e) the second start found no record waiting and one exchange (the turn) open; it
+        # journaled and stored only the rebuilt turn.
+        assert (start2["waiting"], start2["recovered"]) == (0, 1), start2
+        assert Path(start2["dir"]) == data / "journal"
+        counts = obs2.shutdown_counts()
+        assert counts == {"journaled": 1, "stored": 1, "gaps": 0, "dropped": 0, "waiting": 0}, counts
+    finally:
+        if client is not None:
+            client.close()
+        for obs in (obs1, obs2):
+            obs.stop()
+        for pid in still_alive(kids):  # a child the kill left behind (the test then failed)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        hub.stop()
 
 
 # --------------------------------------------------------------------------------------------

@@ -451,3 +451,22 @@ def test_the_addon_passes_trailers_or_a_trailers_only_response():
     only = http.Response.make(200, b"", {"content-type": "application/grpc", "grpc-status": "16", "grpc-message": "no"})
     assert _trailers(only) == (("grpc-status", "16"), ("grpc-message", "no"))
     assert _trailers(http.Response.make(200, b"", {"content-type": "text/event-stream"})) == ()
+
+
+def test_a_long_bidi_upload_keeps_its_first_and_latest_envelopes():
+    """20 envelopes (a run request, then 19 follow-ups): the first and the latest 15 are read, the
+    4 between dropped with one ``oversize_request`` (a later turn's own prompt is always among
+    the latest; helper trial finding: prompts after the 16th envelope were lost unsaid)."""
+    from observer.dialects.connect import MAX_REQUEST_ENVELOPES, request_envelopes
+
+    assert MAX_REQUEST_ENVELOPES == 16
+    bodies = [L(1, L(5, "run"))] + [L(4, L(1, L(1, L(1, f"f{i}")))) for i in range(1, 20)]
+    view = RequestView(
+        "POST", "api2.cursor.sh", "/agent.v1.AgentService/Run", {"content-type": "application/connect+proto"}
+    )
+    payloads, violations = request_envelopes(b"".join(env(0, b) for b in bodies), view)
+    assert payloads == [bodies[0], *bodies[5:]]
+    assert [(v.kind, v.detail) for v in violations] == [
+        ("oversize_request", "4 request envelopes between the first and the last 15 not read")
+    ]
+    assert request_envelopes(b"".join(env(0, b) for b in bodies[:16]), view) == (bodies[:16], [])

@@ -164,7 +164,7 @@ def test_the_addon_records_each_turn_before_the_stream_ends():
             {"role": "user", "content": "Weather?"},
             {"role": "user", "content": "And tomorrow?"},
         ]
-        assert second.started_at == first.ended_at
+        assert first.ended_at < second.started_at < second.ended_at  # from the follow-up (below: exact)
         assert first.request.messages == [{"role": "user", "content": "Weather?"}]  # not changed by the later read
         tap(HEARTBEAT)
         f.error = Error("stream reset by client (CANCEL)")
@@ -252,3 +252,74 @@ def test_a_forgotten_stream_is_not_recovered(tmp_path: Path):
     directory.mkdir(mode=0o700)
     (directory / segment_name(1)).write_bytes(fmt.SEGMENT_MAGIC + b"".join(entries))
     assert recover(directory, default_registry()).records == []
+
+
+def test_a_later_turn_holds_the_request_as_it_was_when_the_turn_ended():
+    """The record of a turn may be made after the client already sent its next prompt (the parse
+    runs behind the relay: batches, the worker): turn 1's request is the upload as it had arrived
+    when turn 1 ended, and it starts at its own follow-up, ``ttft_s`` counted from there (helper
+    trial finding: later prompts leaked into earlier turns). Times by hand: run request at 100,
+    turn 0 ends at 101, follow-up f1 at 102, turn 1's first text at 102.5 and end at 103, f2 at
+    103.2, turn 1's record made after that."""
+    from observer.capture.flows import FlowState, FlowTable
+    from observer.capture.hooks import _rereader
+    from observer.capture.request import RequestTap, read_request
+    from observer.dialects.base import RequestView
+    from observer.limits import DEFAULT_LIMITS
+    from observer.response import ResponseFacts
+
+    clock = iter([100.0, 102.0, 103.2])
+    tap = RequestTap(1 << 20, clock=lambda: next(clock))
+    dialect = default_registry().get("connect.cursor")
+    view = RequestView("POST", "api2.cursor.sh", RUN, {"content-type": MEDIA})
+    tap(RUN_REQUEST)
+    first_read = read_request(dialect, view, tap.body(), None, DEFAULT_LIMITS)
+    got: list[Exchange] = []
+    flows = FlowTable(sink=lambda r: got.append(r) or True)
+    ex = stream_skeleton(flow_record_id("c-flow-id"))
+    ex.request = first_read.facts
+    state = FlowState(dialect, ex, view, request_tap=tap, parsed=True)
+    state.reread = _rereader(tap, dialect, view, None, DEFAULT_LIMITS)
+    flows.track("c-flow-id", state)
+    flows.on_turn(state.key, 0, ResponseFacts(ended_at=utc(101.0), ttft_s=0.5, outcome="completed"))
+    tap(FOLLOWUP)  # f1 at 102
+    tap(env(0, L(4, L(1, L(1, L(1, "And the day after?"))))))  # f2 at 103.2, before turn 1's record
+    flows.on_turn(state.key, 1, ResponseFacts(ended_at=utc(103.0), ttft_s=1.5, outcome="completed"))
+    zero, one = got
+    assert zero.request.messages == [{"role": "user", "content": "Weather?"}]
+    assert one.request.messages == [
+        {"role": "user", "content": "Weather?"},
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    assert (one.started_at, one.ended_at, one.ttft_s) == (utc(102.0), utc(103.0), 0.5)
+
+
+def test_a_later_turn_of_an_upload_over_its_copy_says_its_request_was_not_read():
+    """The upload outgrew ``max_request_bytes`` after turn 0: turn 1 keeps the stream's request
+    (as read) and says why it is not its own, ``oversize_request`` (helper trial finding)."""
+    from observer.capture.flows import FlowState, FlowTable
+    from observer.capture.hooks import _rereader
+    from observer.capture.request import RequestTap, read_request
+    from observer.dialects.base import RequestView
+    from observer.limits import Limits
+    from observer.response import ResponseFacts
+
+    limits = Limits(max_request_bytes=200)
+    tap = RequestTap(limits.max_request_bytes, clock=lambda: 100.0)
+    dialect = default_registry().get("connect.cursor")
+    view = RequestView("POST", "api2.cursor.sh", RUN, {"content-type": MEDIA})
+    tap(RUN_REQUEST)
+    got: list[Exchange] = []
+    flows = FlowTable(sink=lambda r: got.append(r) or True)
+    ex = stream_skeleton(flow_record_id("d-flow-id"))
+    ex.request = read_request(dialect, view, tap.body(), None, limits).facts
+    state = FlowState(dialect, ex, view, request_tap=tap, parsed=True)
+    state.reread = _rereader(tap, dialect, view, None, limits)
+    flows.track("d-flow-id", state)
+    flows.on_turn(state.key, 0, ResponseFacts(ended_at=utc(101.0), outcome="completed"))
+    tap(env(0, L(4, L(1, L(1, L(1, "B" * 300))))))
+    flows.on_turn(state.key, 1, ResponseFacts(ended_at=utc(103.0), outcome="completed"))
+    assert got[1].request.messages == [{"role": "user", "content": "Weather?"}]
+    assert [(v.kind, v.detail) for v in got[1].violations] == [
+        ("oversize_request", "request body over 200 bytes not parsed")
+    ]
