@@ -381,6 +381,15 @@ def test_postgres_stopped_and_started_mid_run_stores_each_exchange_once(
         pg.cleanup()
 
 
+def stop_after_kill(observers: tuple[FaultObserver, ...], kids: dict[int, str]) -> None:
+    """Stops ``observers`` and kills the children of a killed proxy still alive (the test then failed)."""
+    for obs in observers:
+        obs.stop()
+    for pid in still_alive(kids):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 # --------------------------------------------------------------------------------------------
 # (b) kill -9 of the proxy
 
@@ -507,11 +516,7 @@ def test_kill9_with_streams_in_flight_and_records_queued(upstream: UpstreamServe
     finally:
         if lock_conn is not None:
             lock_conn.close()
-        for obs in (obs1, obs2):
-            obs.stop()
-        for pid in still_alive(kids):  # a child the kill left behind (the test then failed)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        stop_after_kill((obs1, obs2), kids)
 
 
 class HubClient:
@@ -738,11 +743,7 @@ def test_kill9_with_a_websocket_turn_open_recovers_it_from_its_journaled_events(
     finally:
         if client is not None:
             client.close()
-        for obs in (obs1, obs2):
-            obs.stop()
-        for pid in still_alive(kids):  # a child the kill left behind (the test then failed)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        stop_after_kill((obs1, obs2), kids)
         hub.stop()
 
 
