@@ -118,6 +118,7 @@ class LLMAudit:
         self._settings = Settings.model_construct()  # the defaults until ``configure``
         self._limits = self._settings.limits
         self._batcher = TapBatcher(running_loop)
+        self._sockets.batcher = self._batcher
         self._use_worker = worker  # None: the observer_worker option decides
         self._backend: InProcessBackend | FailoverBackend = InProcessBackend(
             self._registry, self._flows.on_facts, self._flows.on_turn

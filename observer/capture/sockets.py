@@ -17,7 +17,8 @@ session closes its oldest, with an ``oversize_record`` violation).
 
 Crashes: with a ``journal``, each turn is an open exchange of its own (``OPEN`` with its record
 skeleton when it opens, a ``DATA`` chunk of the canonical events each message added,
-``observer.journal.turnlog``), closed by its record; a kill leaves it to journal recovery,
+``observer.journal.turnlog``, handed to the journal in the tap batcher's sweeps, not on the
+relay path: ``TurnLog``), closed by its record; a kill leaves it to journal recovery,
 which rebuilds it from those events (``interrupted``, with what had arrived). The socket's raw
 messages are never journaled (the client's may hold credentials; only the turn's redacted
 request facts are).
@@ -52,11 +53,52 @@ def turn_record_id(flow_id: str, key: str, n: int) -> str:
     return str(uuid.uuid5(FLOW_NAMESPACE, f"mitmproxy-websocket:{flow_id}:{n}:{key}"))
 
 
+class TurnLog:
+    """One WebSocket turn's feed to the journal: the canonical events of each message are kept
+    (``add``) and journaled as ``observer.journal.turnlog`` chunks in the ``batcher``'s next
+    sweep (``observer.capture.batcher.Batched``), or at once without one; ``flush`` before the
+    turn's record. Never raises (a failure is logged: the record is still made)."""
+
+    __slots__ = ("_batcher", "_journal", "_key", "_pending", "queued")
+
+    def __init__(self, journal: Any, key: str, batcher: Any) -> None:
+        self._journal = journal
+        self._key = key
+        self._batcher = batcher
+        self._pending: list = []  # items, arrival time, items, arrival time, ...
+        self.queued = False  # in one of the batcher's queues (set and cleared by the batcher)
+
+    def add(self, items: list, at_s: float) -> None:
+        self._pending += (items, at_s)
+        if not self.queued and (self._batcher is None or not self._batcher.mark(self)):
+            self.flush()
+
+    def observe(self, deadline: float | None, clock: Any) -> bool:
+        self.flush()
+        return True
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        try:
+            chunks: list = []
+            nbytes = 0
+            for i in range(0, len(pending), 2):
+                chunk = turnlog.encode(pending[i])
+                chunks += (chunk, pending[i + 1])
+                nbytes += len(chunk)
+            self._journal.data(self._key, chunks, nbytes)
+        except Exception:  # noqa: BLE001 - never out of a hook or a sweep
+            log.error("observer: journaling a websocket turn's events failed", exc_info=True)
+
+
 @dataclass(slots=True)
 class _Open:
     state: FlowState
     reassembler: Reassembler
     started_s: float
+    log: TurnLog | None = None
 
 
 @dataclass(slots=True)
@@ -104,6 +146,7 @@ class SocketRecorder:
         self.limits = limits  # the settings' (``configure`` replaces it)
         self.sockets: dict[str, Socket] = {}  # flow id -> observed socket
         self.journal: Any = None  # ``observer.journal.Journal`` once the proxy journals (module docstring)
+        self.batcher: Any = None  # ``observer.capture.batcher.TapBatcher``: when turn events are journaled
 
     def message(self, sock: Socket, from_client: bool, content: bytes, at_s: float) -> None:
         """One WebSocket message of ``sock``."""
@@ -137,9 +180,8 @@ class SocketRecorder:
                         r.violation(item)
                     else:
                         r.apply(item, effect.at_s)
-                if self.journal is not None and effect.items:
-                    chunk = turnlog.encode(effect.items)
-                    self.journal.data(turn.state.key, [chunk, effect.at_s], len(chunk))
+                if turn.log is not None and effect.items:
+                    turn.log.add(effect.items, effect.at_s)
             elif isinstance(effect, TurnOpened):
                 self._open(sock, effect)
             elif isinstance(effect, TurnClosed):
@@ -178,10 +220,12 @@ class SocketRecorder:
         # their values scrubbed from the answer too.
         state.secrets = redacted(opened.facts, state.violations)
         reassembler = Reassembler(opened.facts.tool_names, opened.facts.request_id, limits=self.limits)
-        sock.turns[opened.key] = _Open(state, reassembler, opened.at_s)
+        turn_log = None
         if self.journal is not None:
             spec = ResponseSpec(sock.dialect.name, 101, started_at_s=opened.at_s, path=ex.path, limits=self.limits)
             self.journal.open_exchange(ex.id, copy.copy(ex), spec, list(state.violations))
+            turn_log = TurnLog(self.journal, ex.id, self.batcher)
+        sock.turns[opened.key] = _Open(state, reassembler, opened.at_s, turn_log)
 
     def _unreadable(self, sock: Socket, problem: Violation, at_s: float) -> None:
         """A record for a socket on an LLM host whose traffic cannot be read (its first problem,
@@ -198,6 +242,8 @@ class SocketRecorder:
         turn = sock.turns.pop(key, None)
         if turn is None:
             return
+        if turn.log is not None:
+            turn.log.flush()  # its events before its record
         facts = ResponseFacts()
         turn.reassembler.finish(facts, cause, request_start_s=turn.started_s, readable=readable)
         facts.ended_at = utc_from_epoch(at_s)
@@ -205,4 +251,4 @@ class SocketRecorder:
         self._flows.record(turn.state, facts)
 
 
-__all__ = ["Socket", "SocketRecorder", "turn_record_id"]
+__all__ = ["Socket", "SocketRecorder", "TurnLog", "turn_record_id"]

@@ -528,3 +528,54 @@ def test_the_turn_log_round_trips_every_item_and_refuses_what_it_did_not_write()
     for bad in (b"{", b"{}", b'[["Nope", 1]]', b'[["UsageEvent", null]]', b"[1]"):
         with pytest.raises(ValueError):
             turnlog.decode(bad)
+
+
+def test_turn_events_reach_the_journal_in_the_sweep_and_before_the_record():
+    """Off the relay path: a message's events wait for the batcher's sweep (one ``DATA`` entry
+    for the messages since); the turn's close hands over what is left before its record."""
+
+    class FakeJournal:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, object]] = []
+
+        def open_exchange(self, rid, skeleton, spec, violations) -> None:
+            self.calls.append(("open", rid))
+
+        def data(self, rid, pending, nbytes) -> None:
+            self.calls.append(("data", len(pending) // 2))
+
+        def record(self, record) -> bool:
+            self.calls.append(("record", record.id))
+            return True
+
+    class FakeBatcher:
+        def __init__(self) -> None:
+            self.marked: list = []
+
+        def mark(self, tap) -> bool:
+            tap.queued = True
+            self.marked.append(tap)
+            return True
+
+        def sweep(self) -> None:
+            for tap in self.marked:
+                tap.queued = False
+                tap.observe(None, None)
+            self.marked = []
+
+    journal, batcher = FakeJournal(), FakeBatcher()
+    case = json.loads((FIXTURES / "sydney_turn.ws.json").read_text())
+    records, recorder, sock = hub_socket()
+    recorder._flows.set_sink(journal.record)
+    recorder.journal, recorder.batcher = journal, batcher
+    t = 1_780_000_000.0
+    for i, m in enumerate(case["messages"]):
+        t += 0.25
+        recorder.message(sock, m["from_client"], m["text"].encode(), t)
+        if i == 6:  # the batcher's sweep after the seventh message: the updates so far in one entry
+            assert [c[0] for c in journal.calls] == ["open"]
+            batcher.sweep()
+    rid = turn_record_id("flow-1", "0", 0)
+    assert [c[0] for c in journal.calls] == ["open", "data", "data", "record"]
+    assert (journal.calls[0], journal.calls[-1]) == (("open", rid), ("record", rid))
+    assert journal.calls[1] == ("data", 3)  # the three updates before the sweep (messages 5-7)
