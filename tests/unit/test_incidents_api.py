@@ -214,7 +214,8 @@ def test_without_a_key_or_folder_the_writing_routes_say_so(store: AuditStore) ->
 def test_trial_findings_are_400_not_500(client: TestClient) -> None:
     """Trial findings: a far-future aware_at overflowed the deadline (500), a NUL in a hold's
     user reached PostgreSQL (500), a NUL export filter failed the job with the driver's text,
-    an unknown outcome answered an empty list, "yes" was taken for a dry run's true."""
+    an unknown outcome answered an empty list, "yes" was taken for a dry run's true, a NUL in the
+    incidents' exchange_id filter reached PostgreSQL (500)."""
     future = {"title": "t", "category": "death", "aware_at": "9999-12-31T23:59:59Z"}
     assert client.post("/v1/incidents", headers=AUTH, json=future).status_code == 400
     ancient = {**future, "aware_at": "0001-01-01T00:00:00Z"}
@@ -230,3 +231,6 @@ def test_trial_findings_are_400_not_500(client: TestClient) -> None:
         assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_parameter"
     assert client.get("/v1/exchanges?outcome=completed", headers=AUTH).status_code == 200
     assert client.post("/v1/retention/purge", headers=AUTH, json={"dry_run": "yes"}).status_code == 400
+    # A NUL in the incident list's exchange_id filter reached PostgreSQL (500; found by test_api_fuzz)
+    response = client.get("/v1/incidents?exchange_id=a%00b", headers=AUTH)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_parameter"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from observer.api.access import note
 from observer.api.auth import Principal, require
 from observer.api.errors import APIError
-from observer.api.filters import time_value
+from observer.api.filters import text_value, time_value
 from observer.api.routers import KeyDep, StoreDep, actor_of
 from observer.api.schemas import ErrorResponse, IncidentOut, IncidentSummary
 from observer.store import incidents
@@ -89,7 +89,7 @@ def list_incidents(
     exchange_id: Annotated[str | None, Query(max_length=36, description="Incidents linking this exchange")] = None,
 ) -> list[dict[str, Any]]:
     """Newest ``aware_at`` first; ``deadline`` is null for category ``other``."""
-    items = incidents.list_incidents(store.engine, status=status_, exchange_id=exchange_id)
+    items = incidents.list_incidents(store.engine, status=status_, exchange_id=text_value("exchange_id", exchange_id))
     note(request, rows=len(items), ids=[i["id"] for i in items])
     return items
 
