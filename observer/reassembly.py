@@ -245,6 +245,15 @@ class Reassembler:
                 self._check_request_id(ev.request_id, ev.seq, "stream.end")
                 self._ended = True
 
+    def apply_items(self, items: list, now_s: float) -> None:
+        """Applies a dialect's output in order: each ``Violation`` recorded (``violation``),
+        each canonical event applied (``apply``), all observed at ``now_s`` (epoch seconds)."""
+        for item in items:
+            if item.__class__ is Violation:  # final by use: one exact-type test
+                self.violation(item)
+            else:
+                self.apply(item, now_s)
+
     def text(self, index: int, block_type: str, text: str, now_s: float) -> None:
         """Applies ``ContentDelta(seq, index, text, block_type)`` observed at ``now_s`` (epoch
         seconds) without building it: exactly what :meth:`apply` does with that event (event

@@ -375,12 +375,7 @@ class StreamObserver:
 
     def _apply(self, items: list, now_s: float) -> None:
         """An adapter's canonical events and violations, in order, to the reassembler."""
-        r = self._reassembler
-        for ev in items:
-            if ev.__class__ is Violation:  # final by use: one exact-type test
-                r.violation(ev)
-            else:
-                r.apply(ev, now_s)
+        self._reassembler.apply_items(items, now_s)
 
     def finish(self, end: StreamEnd) -> ResponseFacts:
         """Flushes the decoders and returns the response's facts (call once); ``end`` says how

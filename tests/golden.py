@@ -113,7 +113,7 @@ def records(worker: bool) -> dict[tuple[str, str, str], dict[str, Any]]:
                         drive(addon, load(d, c), scenario)
                         end = loop.time() + 15.0
                         # every record of the exchange is in once its final facts came back
-                        while len(got) == n or addon._deferred or addon._flows._waiting:
+                        while len(got) == n or addon._deferred or addon._flows._unrecorded:
                             if loop.time() > end:
                                 raise AssertionError(f"no record for {d}/{c}/{scenario}")
                             await asyncio.sleep(0.002)

@@ -98,8 +98,9 @@ class FlowTable:
         self.observe = observe  # sees each record before the sink (metrics); must not raise
         self._open: dict[str, FlowState] = {}  # flow id -> state
         self._by_client: dict[str, set[str]] = {}  # client connection id -> ids of its open flows
-        self._waiting: dict[str, FlowState] = {}  # record id -> finished flows waiting for their facts
-        self._keys: dict[str, FlowState] = {}  # record id -> tracked flows whose facts have not come
+        # record id -> observed flows whose backend facts have not come (streaming, or finished
+        # and waiting): where a turn's or the end's facts find their flow
+        self._unrecorded: dict[str, FlowState] = {}
         self._forget: Callable[[str], None] | None = None
         self.records_submitted = 0
         self.records_dropped = 0
@@ -113,7 +114,7 @@ class FlowTable:
     def track(self, flow_id: str, state: FlowState) -> None:
         self._open[flow_id] = state
         self._by_client.setdefault(state.client_id, set()).add(flow_id)
-        self._keys[state.key] = state
+        self._unrecorded[state.key] = state
 
     def untrack(self, flow_id: str) -> FlowState | None:
         state = self._open.pop(flow_id, None)
@@ -143,7 +144,7 @@ class FlowTable:
     def on_turn(self, key: str, index: int, facts: ResponseFacts) -> None:
         """The backend's callback: turn ``index`` of flow ``key``'s multi-turn stream ended; its
         record is made now (``_turn``). Never raises."""
-        state = self._keys.get(key)
+        state = self._unrecorded.get(key)
         if state is None:
             log.error("observer: a turn of unknown record %s", key)
             return
@@ -170,10 +171,10 @@ class FlowTable:
                     state.exchange.request.body_bytes = seen
                 state.violations.append(incomplete_request(seen))
             if state.opened and self.backend is not None:
-                self._waiting[state.key] = state
+                self._unrecorded[state.key] = state  # (tracked already, unless a caller finishes an untracked flow)
                 self.backend.finish(state.key, end)
                 return
-            self._keys.pop(state.key, None)
+            self._unrecorded.pop(state.key, None)
             if status is not None:
                 state.exchange.status_code = status
             request_id = state.exchange.request.request_id
@@ -183,16 +184,14 @@ class FlowTable:
                 self._record(state, no_response_facts(end, request_id))
         except Exception as exc:  # noqa: BLE001 - never out of a hook; the record is still made
             self._failed("finish")
-            self._waiting.pop(state.key, None)
-            self._keys.pop(state.key, None)
+            self._unrecorded.pop(state.key, None)
             failure = Violation(ViolationKind.OBSERVER_ERROR, None, f"finish: {type(exc).__name__}")
             self._record(state, ResponseFacts(transport_error=end.transport_error, violations=[failure]))
 
     def on_facts(self, key: str, facts: ResponseFacts | None) -> None:
         """The backend's callback: a finished flow's facts. After turns (a multi-turn stream),
         they are the part after the last turn: a turn record of its own, or none (``None``)."""
-        state = self._waiting.pop(key, None)
-        self._keys.pop(key, None)
+        state = self._unrecorded.pop(key, None)
         if state is None:
             log.error("observer: facts for unknown record %s", key)
             return

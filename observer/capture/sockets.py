@@ -174,12 +174,7 @@ class SocketRecorder:
                 turn = sock.turns.get(effect.key)
                 if turn is None:
                     continue
-                r = turn.reassembler
-                for item in effect.items:
-                    if isinstance(item, Violation):
-                        r.violation(item)
-                    else:
-                        r.apply(item, effect.at_s)
+                turn.reassembler.apply_items(effect.items, effect.at_s)
                 if turn.log is not None and effect.items:
                     turn.log.add(effect.items, effect.at_s)
             elif isinstance(effect, TurnOpened):

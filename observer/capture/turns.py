@@ -5,7 +5,8 @@ after it has the same id and is stored once (the store skips ids it holds).
 
 Ids: turn ``index`` of the flow whose record id is ``key`` is ``stream_turn_record_id(key,
 index)``; a stream that was never cut keeps ``key``. Starts: turn 0 starts with the request,
-turn ``n`` when turn ``n - 1`` ended (its ``ended_at``; its ``ttft_s`` counts from there too).
+turn ``n`` when turn ``n - 1`` ended (its ``ended_at``; the parse counts its ``ttft_s`` from
+there), or live, when the client's follow-up arrived (``observer.capture.flows``).
 """
 
 from __future__ import annotations

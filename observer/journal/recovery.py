@@ -170,11 +170,7 @@ def _rebuild(o: _Open, registry: DialectRegistry) -> list[Exchange] | None:
             turns += obs.take_turns()
     facts = final_facts(obs, StreamEnd(EndCause.SHUTDOWN, last_s, transport_error=RECOVERED))
     if facts is not None and o.cut:
-        facts.violations.append(
-            Violation(
-                ViolationKind.OBSERVER_ERROR, None, "recovery: response bytes after those kept were not in the journal"
-            )
-        )
+        facts.violations.append(_not_journaled("response bytes"))
     if not turns:
         return [_record(exchange, violations, facts if facts is not None else ResponseFacts())]
     if facts is not None:
@@ -202,11 +198,7 @@ def _socket_turn(o: _Open, spec: ResponseSpec, exchange: Exchange) -> ResponseFa
         try:
             pending = e.chunks()
             for i in range(0, len(pending), 2):
-                for item in turnlog.decode(pending[i]):
-                    if isinstance(item, Violation):
-                        r.violation(item)
-                    else:
-                        r.apply(item, pending[i + 1])
+                r.apply_items(turnlog.decode(pending[i]), pending[i + 1])
                 last_s = max(last_s, pending[i + 1])
         except ValueError:
             o.cut = True
@@ -215,14 +207,13 @@ def _socket_turn(o: _Open, spec: ResponseSpec, exchange: Exchange) -> ResponseFa
     r.finish(facts, EndCause.SHUTDOWN, request_start_s=spec.started_at_s)
     facts.ended_at = utc_from_epoch(last_s)
     if o.cut:
-        facts.violations.append(
-            Violation(
-                ViolationKind.OBSERVER_ERROR,
-                None,
-                "recovery: the turn's events after those kept were not in the journal",
-            )
-        )
+        facts.violations.append(_not_journaled("the turn's events"))
     return facts
+
+
+def _not_journaled(what: str) -> Violation:
+    """The ``observer_error`` of an exchange whose journal lost the rest of its ``what`` (a ``CUT``)."""
+    return Violation(ViolationKind.OBSERVER_ERROR, None, f"recovery: {what} after those kept were not in the journal")
 
 
 def _record(skeleton: Exchange, violations: list[Violation], facts: ResponseFacts) -> Exchange:
