@@ -1,6 +1,6 @@
 """The ``observer`` command (typer): ``run`` (proxy + API), ``api``, ``db upgrade``, ``verify``,
 ``checkpoint export``, ``export`` (and ``export verify``, offline), ``ingest`` (saved captures),
-``config`` (the settings checked and shown, a dry run).
+``config`` (the settings checked and shown, a dry run), ``conformance`` (the conformance report).
 
 Every command that touches the store takes ``--db URL`` (default: the config file or env
 ``OBSERVER_DB``, else ``sqlite:///observer.db``). ``run`` takes every setting of
@@ -49,6 +49,10 @@ app.add_typer(hold_app, name="hold")
 
 token_app = typer.Typer(help="Tokens of the query API and their roles.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
+key_owner_app = typer.Typer(
+    help="Who holds which API credential: fingerprints (never keys) and their owners.", no_args_is_help=True
+)
+app.add_typer(key_owner_app, name="key-owner")
 
 
 export_app = typer.Typer(help="Signed exports of the records (jsonl, csv, parquet), and their offline check.")
@@ -605,6 +609,45 @@ def hold_list(
         typer.echo("observer: no holds" if all_ else "observer: no active holds", err=True)
 
 
+@app.command()
+def conformance(
+    group_by: Annotated[str, typer.Option("--group-by", help="host (endpoint and dialect), dialect or day.")] = "host",
+    since: TimeOpt = None,
+    until: Annotated[str | None, typer.Option(help="RFC 3339 time, exclusive (records started before it).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Records sent to this host.")] = None,
+    dialect: Annotated[str | None, typer.Option("--dialect", help="Records of this dialect.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The JSON body GET /v1/conformance returns.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """How the recorded streams kept their dialect's rules, per group: exchanges, completed
+    (stream.end or the dialect's equivalent), usage reported, without violations, monotonic seq
+    (dialects with a sequence number), violations per kind (observer.store.conformance). Exit 2
+    for bad arguments or a store that cannot be read."""
+    import json
+
+    from observer.store.conformance import GROUP_BY, lines, report
+    from observer.store.query import Filters
+
+    if group_by not in GROUP_BY:
+        _fail(f"--group-by must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
+    since_t, until_t = _time_opt("--since", since), _time_opt("--until", until)
+    if since_t is not None and until_t is not None and since_t >= until_t:
+        _fail("--since is not before --until")
+    for flag, value in (("--host", host), ("--dialect", dialect)):
+        if value is not None and "\x00" in value:
+            _fail(f"{flag} must not hold a NUL")
+    settings = _settings(db=db)
+    with _reading_store(settings) as store:
+        body = report(store.engine, group_by, Filters(since=since_t, until=until_t, host=host, dialect=dialect))
+    if as_json:
+        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        return
+    for line in lines(body):
+        typer.echo(line)
+    if not body["groups"]:
+        typer.echo("observer: no exchanges", err=True)
+
+
 @token_app.command("create")
 def token_create(
     role: Annotated[str, typer.Option("--role", help="viewer, auditor, responder or admin.")],
@@ -677,6 +720,111 @@ def token_revoke(
             store.engine, signer, store.store_id(), ref=ref, actor=_actor(by), at=datetime.now(timezone.utc)
         )
     typer.echo(f"observer: token {row['name']!r} revoked")
+
+
+def _fingerprint_of_input(settings: Settings, fingerprint: str | None) -> str:
+    """``fingerprint`` as given, else the fingerprint of the credential read from standard input
+    (a hidden prompt on a terminal; its first line otherwise): never from the command line, which
+    other users of the host can read and shells keep. Exit 2 for an empty credential or a key
+    file that cannot be read or made (``observer.identity``)."""
+    from observer.identity import FingerprintKey, credential_of_authorization
+
+    if fingerprint is not None:
+        return fingerprint
+    if sys.stdin.isatty():
+        secret = typer.prompt("API key (not shown)", hide_input=True, err=True)
+    else:
+        secret = sys.stdin.readline()
+    secret = secret.strip()
+    if secret.lower().startswith(("bearer ", "aws4-hmac-")):  # a whole Authorization value pasted
+        secret = credential_of_authorization(secret) or ""
+    if not secret:
+        _fail("no API key on standard input (or give --fingerprint)")
+    try:
+        key = FingerprintKey.load_or_create(settings.fingerprint_key_path)
+    except ConfigError as exc:
+        _fail(str(exc))
+    return key.fingerprint(secret)
+
+
+FingerprintOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fingerprint",
+        help="The fingerprint (hmac-sha256:…, as records show it); without it the API key is read from standard input.",
+    ),
+]
+
+
+@key_owner_app.command("add")
+def key_owner_add(
+    owner: Annotated[str, typer.Option("--owner", help="Who holds the key: a person or a service.")],
+    team: Annotated[str | None, typer.Option("--team", help="Team or cost centre.")] = None,
+    note: Annotated[str | None, typer.Option("--note", help="Free text (e.g. the key's name at the vendor).")] = None,
+    fingerprint: FingerprintOpt = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Change the owner of a fingerprint that has one.")] = False,
+    db: DbOpt = None,
+    key: SignKeyOpt = None,
+    by: ByOpt = None,
+) -> None:
+    """Say who holds an API key: its fingerprint (computed here from the key read from standard
+    input with the proxy's fingerprint key file, setting fingerprint_key; the key itself is never
+    stored) maps to OWNER and TEAM from now on, also for records stored before. Each change is an
+    event of the store's chain. Exit 2 for a fingerprint that has an owner (without --replace),
+    bad text or no key."""
+    from datetime import datetime, timezone
+
+    from observer.store.keyowners import set_owner
+
+    _logging()
+    settings = _settings(db=db)
+    found = _fingerprint_of_input(settings, fingerprint)
+    signer = _signing_key(settings, key)
+    with _changing_store(settings) as store:
+        row = set_owner(
+            store.engine,
+            signer,
+            store.store_id(),
+            fingerprint=found,
+            owner=owner,
+            team=team,
+            note=note,
+            actor=_actor(by),
+            at=datetime.now(timezone.utc),
+            replace=replace,
+        )
+    team_text = f" ({row['team']})" if row["team"] else ""
+    typer.echo(f"observer: {row['fingerprint']} is {row['owner']}'s{team_text}")
+
+
+@key_owner_app.command("list")
+def key_owner_list(
+    owner: Annotated[str | None, typer.Option("--owner", help="Only this owner's keys.")] = None,
+    db: DbOpt = None,
+) -> None:
+    """The fingerprints with an owner: fingerprint, owner, team, note, who set it and when."""
+    from observer.shape import rfc3339
+    from observer.store.keyowners import list_owners
+
+    settings = _settings(db=db)
+    with _reading_store(settings) as store:
+        rows = list_owners(store.engine, owner=owner)
+    for row in rows:
+        changed = "" if row["updated_at"] is None else f"  changed {rfc3339(row['updated_at'])} by {row['updated_by']}"
+        typer.echo(
+            f"{row['fingerprint']}  {row['owner']}  {row['team'] or '-'}  {row['note'] or '-'}"
+            f"  set {rfc3339(row['created_at'])} by {row['created_by']}{changed}"
+        )
+    if not rows:
+        typer.echo("observer: no key owners", err=True)
+
+
+@key_owner_app.command("fingerprint")
+def key_owner_fingerprint(db: DbOpt = None) -> None:
+    """Print the fingerprint of the API key read from standard input (what records of requests
+    sent with it hold in key_fingerprint), computed with the fingerprint key file. Nothing is stored."""
+    settings = _settings(db=db)
+    typer.echo(_fingerprint_of_input(settings, None))
 
 
 @contextlib.contextmanager
@@ -975,6 +1123,7 @@ def ingest(
     that is neither a flow dump nor a HAR file, or the store cannot be used."""
     from mitmproxy.exceptions import OptionsError
 
+    from observer.identity import FingerprintKey
     from observer.ingest.captures import IngestError, NotACapture, open_capture
     from observer.ingest.replay import Replay
     from observer.ingest.run import ingest_file
@@ -995,10 +1144,11 @@ def ingest(
         _upgrade(settings.db)
     try:
         signer = CheckpointKey.load_or_create(Path(key) if key else settings.checkpoint_key_path)
+        fingerprints = FingerprintKey.load_if_present(settings.fingerprint_key_path)  # never a new secret
     except ConfigError as exc:
         _fail(str(exc))
     try:
-        replay = Replay(settings)
+        replay = Replay(settings, fingerprints)
     except OptionsError as exc:
         _fail(f"invalid settings: {exc}")
     store = AuditStore(settings.db)

@@ -119,6 +119,23 @@ class Settings(BaseSettings):
         unit="path",
         proxy=True,
     )
+    fingerprint_key: Path | None = _setting(
+        None,
+        "Secret (32 bytes, hex) of the keyed fingerprints of API credentials and of client-address pseudonyms"
+        " (observer.identity); made on first start (mode 0600). Keep it out of the database; observer key-owner"
+        " needs the same file. Unset: DATA_DIR/fingerprint-key.",
+        unit="path",
+        proxy=True,
+    )
+    client_address: str = _setting(
+        "address",
+        "What a record keeps of the client's address: address (the IP the proxy saw), pseudonym (a keyed"
+        " fingerprint of it: the same client, the same value) or off.",
+        unit="mode",
+        proxy=True,
+        pattern=r"^(address|pseudonym|off)$",
+        form="address, pseudonym or off",
+    )
     checkpoint_every: int = _setting(
         1000, "A signed checkpoint after this many chained entries.", unit="entries", proxy=True, ge=1
     )
@@ -398,6 +415,11 @@ class Settings(BaseSettings):
     def checkpoint_key_path(self) -> Path:
         """The checkpoint signing key: ``checkpoint_key``, else ``data_dir/checkpoint-key.pem``."""
         return self.checkpoint_key if self.checkpoint_key is not None else self.data_dir / "checkpoint-key.pem"
+
+    @property
+    def fingerprint_key_path(self) -> Path:
+        """The fingerprint secret: ``fingerprint_key``, else ``data_dir/fingerprint-key``."""
+        return self.fingerprint_key if self.fingerprint_key is not None else self.data_dir / "fingerprint-key"
 
     def api_tls_files(self) -> tuple[Path, Path] | None:
         """``(certificate, key)`` when the API serves HTTPS. Raises ``ConfigError`` when only one

@@ -73,11 +73,15 @@ class ToolCallDelta:
 class StopEvent:
     """Why the whole message stopped (vendor stop/finish reasons that are not tied to one
     content block): ``stop_reason`` canonical (draft §5.3 values where the mapping is exact,
-    else the vendor's), ``stop_reason_raw`` as sent."""
+    else the vendor's), ``stop_reason_raw`` as sent. ``choice``: the choice this reason ends
+    when the response has several (OpenAI ``choices[].index`` with ``n > 1``, Gemini
+    ``candidates[].index``), whose text is the ``text`` block of the same index; ``None``: the
+    message (a dialect without choices)."""
 
     seq: int | None
     stop_reason: str | None
     stop_reason_raw: str | None
+    choice: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +96,43 @@ class ModelEvent:
 @dataclass(frozen=True, slots=True)
 class UsageEvent:
     """``usage``: token counts (tokens; ``None`` = not in this event). Later values replace
-    earlier ones (the draft allows several usage events; each carries the totals so far)."""
+    earlier ones, each count on its own (the draft allows several usage events; each carries
+    the totals so far).
+
+    Beyond the draft's two counts (draft §5.3), what vendors report, named after the
+    OpenTelemetry ``gen_ai.usage.*`` attributes: ``cache_read_input_tokens`` (input tokens
+    read from a prompt cache), ``cache_creation_input_tokens`` (input tokens written to one),
+    ``reasoning_output_tokens`` (output tokens spent on reasoning), ``total_tokens`` (the
+    total as the vendor sent it, never computed), and ``details``: other counts the vendor
+    reports, ``((group, name, value), ...)`` with ``group`` ``"input"``, ``"output"``,
+    ``"cache_read"``, ``"cache_creation"`` or ``"duration_ns"`` and ``name`` a modality
+    (``"text"``, ``"audio"``, ``"image"``, ...) or the vendor's own lower-cased name (see
+    each dialect); a later value of one (group, name) replaces the earlier one."""
 
     seq: int | None
     input_tokens: int | None
     output_tokens: int | None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    total_tokens: int | None = None
+    details: tuple[tuple[str, str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseIdentity:
+    """Which response the vendor said this was: ``response_id`` (``gen_ai.response.id``:
+    OpenAI ``chatcmpl-…``/``resp_…``, Anthropic ``msg_…``, Gemini ``responseId``, Bedrock's
+    request id where the body carries none), ``system_fingerprint`` (OpenAI's backend
+    configuration, ``openai.response.system_fingerprint``) and ``service_tier`` (the tier that
+    served it, ``openai.response.service_tier`` / Anthropic ``usage.service_tier``). ``None`` =
+    not in this event; a later value replaces an earlier one (a Responses stream's
+    ``response.created`` echoes the requested tier, its final ``response`` the tier that served)."""
+
+    seq: int | None
+    response_id: str | None = None
+    system_fingerprint: str | None = None
+    service_tier: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +161,7 @@ CanonicalEvent = (
     | StopEvent
     | ModelEvent
     | UsageEvent
+    | ResponseIdentity
     | ErrorEvent
     | StreamEnd
 )

@@ -6,9 +6,11 @@ the GenAI semantic conventions' attributes (OpenTelemetry semconv "Gen AI client
 ``gen_ai.operation.name`` (``chat``), ``gen_ai.provider.name`` (the wire dialect's family:
 ``openai``, ``anthropic``, ``gemini``, ``ollama``, ``vercel``, ``llm-stream-1.0``; an
 OpenAI-compatible server is ``openai`` here), ``gen_ai.request.model``, ``gen_ai.response.model``,
-``gen_ai.response.id`` (the vendor's request id, when the stream named one),
-``gen_ai.response.finish_reasons``, ``gen_ai.usage.input_tokens`` / ``output_tokens`` (only when
-the vendor reported them: absent is never 0), ``server.address`` / ``server.port``,
+``gen_ai.response.id`` (the vendor's response id, else its request id, when the stream named
+one), ``openai.response.system_fingerprint`` / ``service_tier`` (when sent),
+``gen_ai.response.finish_reasons``, ``gen_ai.usage.input_tokens`` / ``output_tokens`` /
+``cache_read.input_tokens`` / ``cache_creation.input_tokens`` / ``reasoning.output_tokens``
+(only when the vendor reported them: absent is never 0), ``server.address`` / ``server.port``,
 ``error.type`` for the outcomes ``error`` and ``http_error``; and the observer's own
 ``observer.record_id``, ``observer.dialect``, ``observer.outcome``, ``observer.violations``.
 Prompts and completions (``gen_ai.input.messages``, ``gen_ai.output.messages``, as JSON) only with
@@ -51,7 +53,9 @@ def span_attributes(record: Exchange, content: bool) -> dict[str, Any]:
         "server.port": record.port,
         "gen_ai.request.model": record.request.model,
         "gen_ai.response.model": record.model,
-        "gen_ai.response.id": record.request_id,
+        "gen_ai.response.id": record.response_id or record.request_id,
+        "openai.response.system_fingerprint": record.system_fingerprint,
+        "openai.response.service_tier": record.service_tier,
         "http.response.status_code": record.status_code,
     }
     attrs.update({k: v for k, v in optional.items() if v is not None})
@@ -62,6 +66,13 @@ def span_attributes(record: Exchange, content: bool) -> dict[str, Any]:
             attrs["gen_ai.usage.input_tokens"] = record.usage.input_tokens
         if record.usage.output_tokens is not None:
             attrs["gen_ai.usage.output_tokens"] = record.usage.output_tokens
+        for name, value in (
+            ("gen_ai.usage.cache_read.input_tokens", record.usage.cache_read_input_tokens),
+            ("gen_ai.usage.cache_creation.input_tokens", record.usage.cache_creation_input_tokens),
+            ("gen_ai.usage.reasoning.output_tokens", record.usage.reasoning_output_tokens),
+        ):
+            if value is not None:
+                attrs[name] = value
     if record.outcome in (Outcome.ERROR, Outcome.HTTP_ERROR):
         attrs["error.type"] = (record.error.code if record.error and record.error.code else None) or (
             str(record.status_code) if record.outcome == Outcome.HTTP_ERROR else "error"

@@ -2,8 +2,8 @@
 
 Input: ``CanonicalEvent``s and ``Violation``s in wire order, each with the caller's clock
 reading ``now_s`` (seconds since the epoch; the core reads no clock). Output: the response half
-of an ``Exchange`` (text per block, tool calls, usage, stop reason, error, request id, timing,
-violations, outcome).
+of an ``Exchange`` (text per block, tool calls, usage, stop reason and per-choice results,
+response identity, error, request id, timing, violations, outcome).
 
 Generic lifecycle rules enforced here (draft §5.4 "Stream Lifecycle", §8.2): events after
 ``stream.end`` (``event_after_end``, not applied), no ``stream.end`` before the stream ended
@@ -19,7 +19,7 @@ import enum
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from observer.events import (
     CanonicalEvent,
@@ -27,6 +27,7 @@ from observer.events import (
     ContentStop,
     ErrorEvent,
     ModelEvent,
+    ResponseIdentity,
     StopEvent,
     StreamEnd,
     StreamStart,
@@ -52,6 +53,7 @@ class EndCause(enum.StrEnum):
 
 _COALESCE_PARTS = 256  # join a block's pieces this often: one-character deltas must not cost ~58 B each
 _RUN_MAX = 256  # pieces a run holds before they are applied
+MAX_USAGE_DETAILS = 32  # names kept per group of usage.details (a vendor's few; beyond: later names dropped)
 
 
 class _Parts(list):
@@ -119,9 +121,11 @@ class Reassembler:
     """
 
     def __init__(
-        self, tool_names: Iterable[str] = (), request_id: str | None = None, *, limits: Limits = DEFAULT_LIMITS
+        self, tool_names: Iterable[str] | None = (), request_id: str | None = None, *, limits: Limits = DEFAULT_LIMITS
     ) -> None:
-        self._declared = frozenset(tool_names)  # the request's declared tools (draft §8.2)
+        # The request's declared tools (draft §8.2); ``None``: the dialect's requests do not declare
+        # tools (``observer.response.ResponseSpec.tool_names``), so no call is judged (``_judged``).
+        self._declared = None if tool_names is None else frozenset(tool_names)
         self._request_meta_id = request_id  # the client's correlation id (draft §4.6), if the dialect has one
         self._limits = limits
         self._max_text_chars = limits.max_stream_text_chars
@@ -136,6 +140,10 @@ class Reassembler:
         self._request_id: str | None = None
         self._stop_reason: str | None = None
         self._stop_reason_raw: str | None = None
+        self._choices: dict[int, tuple[str | None, str | None]] = {}  # choice -> (stop_reason, raw)
+        self._response_id: str | None = None
+        self._system_fingerprint: str | None = None
+        self._service_tier: str | None = None
         self._error: ErrorInfo | None = None
         self._started = False
         self._ended = False
@@ -206,6 +214,9 @@ class Reassembler:
                 Violation(ViolationKind.EVENT_AFTER_END, ev.seq, f"{_type_name(ev)} after stream.end (ignored)")
             )
             return
+        if cls is ResponseIdentity:  # metadata of the response, not one of its events (draft §5.3)
+            self._on_identity(ev)
+            return
         self._events += 1
         if cls is ToolCallDelta:
             self._on_tool_fragment(ev.seq, ev.key, ev.index, ev.id, ev.name, ev.arguments)
@@ -228,22 +239,56 @@ class Reassembler:
             case StopEvent():
                 self._stop_reason = clip(ev.stop_reason, MAX_NAME_CHARS)
                 self._stop_reason_raw = clip(ev.stop_reason_raw, MAX_NAME_CHARS)
+                if ev.choice is not None and (
+                    ev.choice in self._choices or len(self._choices) < self._limits.max_blocks
+                ):
+                    self._choices[ev.choice] = (self._stop_reason, self._stop_reason_raw)
             case ModelEvent():
                 if ev.model:
                     self._model = clip(ev.model, MAX_NAME_CHARS)
             case UsageEvent():
-                # Assign, never add: each usage event carries the totals so far (draft §5.3).
-                if ev.input_tokens is not None:
-                    self._usage.input_tokens = ev.input_tokens
-                if ev.output_tokens is not None:
-                    self._usage.output_tokens = ev.output_tokens
-                self._usage.reported = True
+                self._on_usage(ev)
             case ErrorEvent():
                 if self._error is None:
                     self._error = ErrorInfo(clip(ev.code, MAX_NAME_CHARS), clip(ev.message, MAX_MESSAGE_CHARS))
             case StreamEnd():
                 self._check_request_id(ev.request_id, ev.seq, "stream.end")
                 self._ended = True
+
+    def _on_identity(self, ev: ResponseIdentity) -> None:
+        """A later value replaces an earlier one; empty values are ignored. Not counted in
+        ``events`` (the record's count of the stream's events)."""
+        if ev.response_id:
+            self._response_id = clip(ev.response_id, MAX_NAME_CHARS)
+        if ev.system_fingerprint:
+            self._system_fingerprint = clip(ev.system_fingerprint, MAX_NAME_CHARS)
+        if ev.service_tier:
+            self._service_tier = clip(ev.service_tier, MAX_NAME_CHARS)
+
+    def _on_usage(self, ev: UsageEvent) -> None:
+        """Assign, never add: each usage event carries the totals so far (draft §5.3); each
+        count on its own, so a later event that lacks one keeps the earlier value."""
+        usage = self._usage
+        if ev.input_tokens is not None:
+            usage.input_tokens = ev.input_tokens
+        if ev.output_tokens is not None:
+            usage.output_tokens = ev.output_tokens
+        if ev.cache_read_input_tokens is not None:
+            usage.cache_read_input_tokens = ev.cache_read_input_tokens
+        if ev.cache_creation_input_tokens is not None:
+            usage.cache_creation_input_tokens = ev.cache_creation_input_tokens
+        if ev.reasoning_output_tokens is not None:
+            usage.reasoning_output_tokens = ev.reasoning_output_tokens
+        if ev.total_tokens is not None:
+            usage.total_tokens = ev.total_tokens
+        for group, name, value in ev.details:
+            if usage.details is None:
+                usage.details = {}
+            names = usage.details.setdefault(clip(group, MAX_NAME_CHARS) or "", {})
+            key = clip(name, MAX_NAME_CHARS) or ""
+            if key in names or len(names) < MAX_USAGE_DETAILS:
+                names[key] = value
+        usage.reported = True
 
     def apply_items(self, items: list, now_s: float) -> None:
         """Applies a dialect's output in order: each ``Violation`` recorded (``violation``),
@@ -335,11 +380,22 @@ class Reassembler:
             _coalesce(parts)
         return True
 
+    def _judged(self, name: str | None, shown: str | None, seq: int | None) -> bool | None:
+        """``ToolCall.declared`` of a call naming ``name``: whether the request declared it,
+        with an ``undeclared_tool`` violation (naming ``shown``, the clipped name) when it did
+        not (draft §8.2); ``None``, and no violation, when the request declares no tools at all
+        by the dialect's design (``tool_names=None``: the AI SDK UI request, whose tools live on
+        the app's server), so the question cannot be answered from the wire."""
+        if self._declared is None:
+            return None
+        if name is not None and name in self._declared:
+            return True
+        self.violation(Violation(ViolationKind.UNDECLARED_TOOL, seq, _undeclared_detail(shown)))
+        return False
+
     def _on_tool_call(self, ev: ToolCallEvent) -> None:
-        declared = ev.name is not None and ev.name in self._declared
         name = clip(ev.name, MAX_NAME_CHARS)
-        if not declared:
-            self.violation(Violation(ViolationKind.UNDECLARED_TOOL, ev.seq, _undeclared_detail(name)))
+        declared = self._judged(ev.name, name, ev.seq)
         if len(self._tool_calls) < self._limits.max_tool_calls:
             call = ToolCall(ev.index, clip(ev.id, MAX_NAME_CHARS), name, self._take(ev.arguments), declared)
             self._tool_calls.append(call)
@@ -450,11 +506,13 @@ class Reassembler:
         ]
         for call, parts, seq in self._fragments.values():
             call.arguments = "".join(parts)
-            call.declared = call.name is not None and call.name in self._declared
-            if not call.declared:
-                self.violation(Violation(ViolationKind.UNDECLARED_TOOL, seq, _undeclared_detail(call.name)))
+            call.declared = self._judged(call.name, call.name, seq)
         self._fragments = {}
         exchange.tool_calls = list(self._tool_calls)
+        exchange.response_id = self._response_id
+        exchange.system_fingerprint = self._system_fingerprint
+        exchange.service_tier = self._service_tier
+        exchange.choices = self._choice_results(exchange.blocks)
         exchange.usage = self._usage
         exchange.stop_reason = self._stop_reason
         exchange.stop_reason_raw = self._stop_reason_raw
@@ -483,6 +541,18 @@ class Reassembler:
         else:
             exchange.outcome = Outcome.TRUNCATED
         return exchange
+
+    def _choice_results(self, blocks: list[Block]) -> list[dict[str, Any]] | None:
+        """One result per choice, in index order, when the response had several choices (or
+        one whose index is not 0); else ``None`` (the record's ``text``/``stop_reason`` are it).
+        A choice's text is its ``text`` block (the same index; "" without one)."""
+        if not self._choices or list(self._choices) == [0]:
+            return None
+        texts = {b.index: b.text for b in blocks if b.type == "text"}
+        return [
+            {"index": c, "text": texts.get(c, ""), "stop_reason": reason, "stop_reason_raw": raw}
+            for c, (reason, raw) in sorted(self._choices.items())
+        ]
 
 
 _MISSING_END_DETAIL = {
@@ -521,6 +591,7 @@ def _type_name(ev: CanonicalEvent) -> str:
         StopEvent: "stop reason",
         ModelEvent: "model",
         UsageEvent: "usage",
+        ResponseIdentity: "response identity",
         ErrorEvent: "error",
         StreamEnd: "stream.end",
     }[type(ev)]

@@ -96,6 +96,15 @@ class ViolationKind(enum.StrEnum):
     CHECKSUM_MISMATCH = "checksum_mismatch"  # a frame whose CRC does not match its bytes (AWS event stream)
     MALFORMED_FRAME = "malformed_frame"  # a frame that cannot be read (bad length, flags, header, varint)
     SCHEMA_UNKNOWN = "schema_unknown"  # a protobuf message of an endpoint without a field map: strings found only
+    # Recovered framings (issue 16, item 4): content kept, the deviation on record:
+    NONCONFORMANT_FRAMING = (
+        "nonconformant_framing"  # several JSON documents in one SSE event's data: each read as its own event
+    )
+    NONSTANDARD_FIELD = (
+        "nonstandard_field"  # an SSE field WHATWG ignores (e.g. llama.cpp's `error:`): surfaced or named
+    )
+    LONE_SURROGATE = "lone_surrogate"  # a JSON string escape of half a UTF-16 pair: replaced by U+FFFD
+    BLOCK_NOT_STARTED = "block_not_started"  # a block's or item's stop/done for an index that never started
 
 
 @shaped
@@ -127,24 +136,45 @@ class ToolCall(Shaped):
     """One tool invocation requested by the model (draft §5.3 ``tool.call``).
 
     ``arguments`` is the JSON-encoded argument string exactly as streamed (never re-serialised);
-    ``declared`` says whether ``name`` was among the request's declared tools (draft §8.2).
+    ``declared`` says whether ``name`` was among the request's declared tools (draft §8.2);
+    ``None`` when that is unknown: the dialect's requests do not declare tools (the AI SDK UI
+    request: the app declares them on its server).
     """
 
     index: int | None
     id: str | None
     name: str | None
     arguments: str = ""
-    declared: bool = False
+    declared: bool | None = False
 
 
 @shaped
 @dataclass(slots=True)
 class Usage(Shaped):
-    """Token usage (draft §5.3 ``usage``): counts in tokens, ``None`` when not reported —
-    never a made-up 0. ``reported`` is true once any usage event arrived."""
+    """Token usage (draft §5.3 ``usage``): counts in tokens, each ``None`` when the vendor did
+    not report it — never a made-up 0, never computed from the others. ``reported`` is true
+    once any usage event arrived.
+
+    Beyond the draft's ``input_tokens``/``output_tokens`` (OpenTelemetry
+    ``gen_ai.usage.input_tokens``/``output_tokens``), as the vendor reported them:
+    ``cache_read_input_tokens`` (``gen_ai.usage.cache_read.input_tokens``: input read from a
+    prompt cache), ``cache_creation_input_tokens`` (``gen_ai.usage.cache_creation.input_tokens``:
+    input written to one), ``reasoning_output_tokens`` (output spent on reasoning),
+    ``total_tokens`` (the vendor's total, as sent) and ``details``: other counts (``None``
+    when there are none), ``{group: {name: int}}`` with group ``input``/``output``/``cache_read``/``cache_creation``
+    (name a modality: ``text``, ``audio``, ``image``, ``video``, ``document``, or the vendor's
+    own count, e.g. ``accepted_prediction``) or ``duration_ns`` (Ollama's timings, nanoseconds).
+    Whether ``input_tokens`` includes the cached tokens is the vendor's convention, kept as
+    sent: OpenAI and Gemini include them, Anthropic and Bedrock do not (each dialect says).
+    The added counts are keyword-only: ``Usage(in, out, reported)`` reads as it always did."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_input_tokens: int | None = field(default=None, kw_only=True, metadata=ADDED)
+    cache_creation_input_tokens: int | None = field(default=None, kw_only=True, metadata=ADDED)
+    reasoning_output_tokens: int | None = field(default=None, kw_only=True, metadata=ADDED)
+    total_tokens: int | None = field(default=None, kw_only=True, metadata=ADDED)
+    details: dict[str, dict[str, int]] | None = field(default=None, kw_only=True, metadata=ADDED)
     reported: bool = False
 
 
@@ -229,8 +259,23 @@ class Exchange(Shaped):
     start to the first generated text. ``response_body`` holds the (capped) body of a non-2xx
     answer; ``transport_error`` the proxy's raw error message when the connection failed
     (mitmproxy ``flow.error.msg``). ``provenance``: ``None`` for a record observed live, where
-    an ingested one came from (``Provenance``). ``from_dict`` (the journal's replay) needs every
-    key but ``provenance`` (added later: journal entries of older versions lack it).
+    an ingested one came from (``Provenance``). Who sent it (``observer.identity``):
+    ``client_address`` (the client's IP, or its keyed pseudonym, per the ``client_address``
+    setting; ``None`` when off or unknown), ``proxy_user`` (the user the proxy authenticated,
+    mitmproxy ``proxyauth``; never the password) and ``key_fingerprint`` (``"hmac-sha256:…"`` of
+    the API credential the request carried; the credential itself is never kept). ``response_id``, ``system_fingerprint``,
+    ``service_tier``: which response the vendor said it was (``observer.events.ResponseIdentity``;
+    ``None`` when it did not say). Resumed streams (WHATWG HTML §9.2 "server-sent events":
+    a reconnecting client sends the last event ID it saw in ``Last-Event-ID``):
+    ``request_last_event_id`` is that header of the request (``None``: not a resumption),
+    ``last_event_id`` the ``id`` of the response's last SSE event (``None``: the stream set
+    none), so a later exchange that resumes this one can be found (the store's ``resumes_id``).
+    ``choices``: one ``{"index", "text", "stop_reason",
+    "stop_reason_raw"}`` per choice when the response had several (OpenAI ``n > 1``, Gemini
+    ``candidateCount``), in index order, each choice's text being its ``text`` block; for a
+    single answer ``None`` (the record's ``text`` and ``stop_reason`` are that). ``from_dict`` (the
+    journal's replay) needs every key but those marked ``ADDED`` (``provenance``, the sender and
+    response identity fields, ``choices``: added later, journal entries of older versions lack them).
     """
 
     id: str
@@ -241,6 +286,9 @@ class Exchange(Shaped):
     path: str
     method: str
     http_version: str
+    client_address: str | None = field(default=None, kw_only=True, metadata=ADDED)
+    proxy_user: str | None = field(default=None, kw_only=True, metadata=ADDED)
+    key_fingerprint: str | None = field(default=None, kw_only=True, metadata=ADDED)
     status_code: int | None = field(default=None, kw_only=True)
     started_at: datetime
     ended_at: datetime | None = None
@@ -248,7 +296,11 @@ class Exchange(Shaped):
     request_id: str | None = None
     request: RequestFacts = field(default_factory=RequestFacts)
     model: str | None = None
+    response_id: str | None = field(default=None, metadata=ADDED)
+    system_fingerprint: str | None = field(default=None, metadata=ADDED)
+    service_tier: str | None = field(default=None, metadata=ADDED)
     blocks: list[Block] = field(default_factory=list, metadata=sorted_by("index"))
+    choices: list[dict[str, Any]] | None = field(default=None, metadata=ADDED)
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
@@ -261,6 +313,8 @@ class Exchange(Shaped):
     response_bytes: int = 0
     events: int = 0
     provenance: Provenance | None = field(default=None, metadata=ADDED)
+    request_last_event_id: str | None = field(default=None, metadata=ADDED)
+    last_event_id: str | None = field(default=None, metadata=ADDED)
 
     @derived(after="request")
     def request_model(self) -> str | None:
@@ -271,3 +325,8 @@ class Exchange(Shaped):
     def text(self) -> str:
         """All text blocks joined in ``index`` order."""
         return "".join(b.text for b in sorted(self.blocks, key=lambda b: b.index) if b.type == "text")
+
+    @derived(after="blocks")
+    def reasoning(self) -> str:
+        """All reasoning blocks (thinking, reasoning summaries) joined in ``index`` order."""
+        return "".join(b.text for b in sorted(self.blocks, key=lambda b: b.index) if b.type == "reasoning")

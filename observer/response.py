@@ -23,7 +23,9 @@ class ResponseSpec:
     ``status_code``, ``content_type`` and ``content_encoding`` (header values as sent, or
     ``None``), ``started_at_s`` (the request's start, epoch seconds: ``ttft_s`` counts from it),
     ``path`` (the request path, credentials redacted: per-endpoint framings), the request's
-    declared ``tool_names`` (draft §8.2 ``undeclared_tool``), its correlation ``request_id``
+    declared ``tool_names`` (draft §8.2 ``undeclared_tool``; ``None`` when the dialect's requests
+    do not declare tools, ``declares_tools = False``: each call's ``declared`` is then unknown,
+    ``null``, never an ``undeclared_tool``), its correlation ``request_id``
     (draft §4.6), whether it asked for a stream (``request_stream``; ``None``: it did not say),
     the ``limits``, and the per-message encoding of an enveloped stream (``message_encoding``:
     the ``connect-content-encoding`` or ``grpc-encoding`` response header as sent, ``None`` when
@@ -35,7 +37,7 @@ class ResponseSpec:
     content_encoding: str | None = None
     started_at_s: float = 0.0
     path: str = ""
-    tool_names: tuple[str, ...] = ()
+    tool_names: tuple[str, ...] | None = ()
     request_id: str | None = None
     request_stream: bool | None = None
     limits: Limits = DEFAULT_LIMITS
@@ -44,14 +46,15 @@ class ResponseSpec:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the journal keeps it with an open exchange); ``from_dict`` inverts it."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["tool_names"] = list(self.tool_names)
+        d["tool_names"] = None if self.tool_names is None else list(self.tool_names)
         d["limits"] = {f.name: getattr(self.limits, f.name) for f in fields(self.limits)}
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ResponseSpec:
         """Raises ``TypeError``/``KeyError`` on a dict ``to_dict`` did not make."""
-        return cls(**{**d, "tool_names": tuple(d["tool_names"]), "limits": Limits(**d["limits"])})
+        names = d["tool_names"]
+        return cls(**{**d, "tool_names": None if names is None else tuple(names), "limits": Limits(**d["limits"])})
 
     @property
     def media_type(self) -> str:
@@ -86,7 +89,11 @@ RESPONSE_FIELDS = (
     "ttft_s",
     "request_id",
     "model",
+    "response_id",
+    "system_fingerprint",
+    "service_tier",
     "blocks",
+    "choices",
     "tool_calls",
     "usage",
     "stop_reason",
@@ -98,6 +105,7 @@ RESPONSE_FIELDS = (
     "transport_error",
     "response_bytes",
     "events",
+    "last_event_id",
 )
 
 

@@ -105,6 +105,7 @@ def embedded_proxy_options(settings: Settings) -> dict[str, object]:
     return proxy_option_values(settings) | {
         SPECS["journal_dir"].option: str(settings.journal_path),
         SPECS["checkpoint_key"].option: str(settings.checkpoint_key_path),
+        SPECS["fingerprint_key"].option: str(settings.fingerprint_key_path),
         SPECS["metrics_dir"].option: str(settings.metrics_path),
         SPECS["protected_upstreams"].option: ",".join(protected),
     }

@@ -45,11 +45,20 @@ import orjson
 
 from observer.dialects.base import Dialect
 from observer.errors import ObserverError
+from observer.limits import MAX_NAME_CHARS, clip
 from observer.reassembly import EndCause, Reassembler
 from observer.records import Outcome, Violation, ViolationKind, utc_from_epoch
 from observer.response import ResponseFacts, ResponseSpec, StreamEnd
 from observer.wire.content import ContentDecoder, make_decoder
-from observer.wire.frames import Framing, JSONFrame, Message, binary_frame, make_framer, text_message
+from observer.wire.frames import (
+    Framing,
+    JSONFrame,
+    Message,
+    binary_frame,
+    make_framer,
+    split_documents,
+    text_message,
+)
 
 _log = logging.getLogger("observer.tap")  # bugs caught by feed_pending (fail open), with their traceback
 
@@ -154,6 +163,7 @@ class StreamObserver:
         streamed = framing is not None and not self._whole_body
         self._fast = getattr(self._adapter, "fast", None) if self._on_object is not None and streamed else None
         self._closed = False
+        self._last_event_id: str | None = None  # the last dispatched SSE message's ``id`` (resumption)
         # Multi-turn streams (module docstring): turns cut and not yet taken, as (index, facts).
         self._multi_turn = bool(getattr(self._adapter, "multi_turn", False))
         self.turns: list[tuple[int, ResponseFacts]] = []
@@ -279,6 +289,10 @@ class StreamObserver:
                         self._lost_body = self._whole_body
         finally:
             self._messages = m
+            for item in reversed(items):  # WHATWG's last event ID string: the last message's ``id``
+                if item.__class__ is tuple:
+                    self._last_event_id = item[2]  # type: ignore[index]
+                    break
 
     def _dispatch_binary(self, items: list[Message | Violation], now_s: float) -> None:
         """``_dispatch`` for a binary framing: each message counted (cap ``max_stream_events``
@@ -350,7 +364,16 @@ class StreamObserver:
     def _general(self, message: Message, now_s: float) -> None:
         """A message whose data is not JSON straight from the bytes (or whose event type is not
         UTF-8): its text form to the adapter's ``on_message``, then ``invalid_utf8`` if
-        anything was replaced."""
+        anything was replaced. Data that is several JSON documents one after another
+        (``data: {...}{...}``, ``observer.wire.frames.split_documents``) is read as one message
+        per document, after a ``nonconformant_framing`` violation."""
+        split = split_documents(message)
+        if split is not None:
+            violation, parts = split
+            self._reassembler.violation(violation)
+            for part in parts:
+                self._general(part, now_s)
+            return
         text, bad = text_message(message)
         self._apply(self._adapter.on_message(text), now_s)
         if bad is not None:
@@ -397,7 +420,11 @@ class StreamObserver:
                     if end.cause is EndCause.EOF and not self._broken:
                         items = self._framer.close()
                         if items:
+                            # A client's EventSource never dispatches an unterminated final
+                            # event (WHATWG §9.2.6): its last event ID stays the one before.
+                            last_id = self._last_event_id
                             self._dispatch(items, now_s)
+                            self._last_event_id = last_id
                         on_trailers = getattr(self._adapter, "on_trailers", None)
                         if end.trailers and on_trailers is not None and not self._broken:
                             self._apply(on_trailers(list(end.trailers)), now_s)
@@ -411,6 +438,7 @@ class StreamObserver:
             facts.response_bytes -= self._cut_bytes
         facts.transport_error = end.transport_error
         facts.ended_at = utc_from_epoch(end.at_s)
+        facts.last_event_id = clip(self._last_event_id, MAX_NAME_CHARS) or None
         readable = self._body is None and not self._broken and not self._lost_body
         if self._prefixed and self._framer_violation and not self._messages and not self.turns_cut:
             readable = False

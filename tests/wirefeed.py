@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
+from observer.capture.request import spec_tool_names
 from observer.dialects.base import Dialect, RequestView, StreamAdapter
 from observer.dialects.registry import default_registry
 from observer.limits import DEFAULT_LIMITS, Limits
@@ -167,7 +168,7 @@ def observe(
         content_encoding,
         T0,
         path,
-        tuple(facts.tool_names),
+        spec_tool_names(dialect, facts),
         facts.request_id,
         facts.stream,
         limits,

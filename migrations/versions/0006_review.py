@@ -23,7 +23,10 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from observer.store import search, stored
-from observer.store.models import FILTER_INDEXED
+
+#: The filter indexes this revision made (``observer.store.models.FILTER_INDEXED`` as it was then;
+#: a literal, so that columns added by later revisions are not indexed before they exist).
+FILTER_INDEXED = ("host", "end_user", "model", "request_model", "dialect", "outcome", "stop_reason", "conversation_id")
 
 revision: str = "0006"
 down_revision: str | Sequence[str] | None = "0005"

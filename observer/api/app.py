@@ -36,11 +36,13 @@ from observer.api.params import strict_query
 from observer.api.routers import (
     access_log,
     alerts,
+    conformance,
     conversations,
     exchanges,
     exports,
     holds,
     incidents,
+    replay,
     retention,
     stats,
 )
@@ -153,7 +155,19 @@ def create_app(
         dependencies=[Depends(require("metadata")), Depends(strict_query)],
         responses=_ERROR_RESPONSES,
     )
-    routers = (exchanges, conversations, stats, incidents, holds, exports, retention, access_log, alerts)
+    routers = (
+        exchanges,
+        replay,
+        conversations,
+        stats,
+        conformance,
+        incidents,
+        holds,
+        exports,
+        retention,
+        access_log,
+        alerts,
+    )
     for module in routers:
         v1.include_router(module.router)
     app.include_router(v1)

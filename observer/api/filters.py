@@ -69,6 +69,13 @@ def filters(
     violation: Annotated[str | None, Query(description="A violation of this kind, e.g. seq_gap")] = None,
     request_id: Annotated[str | None, Query(description="The client's or stream's request id")] = None,
     conversation_id: Annotated[str | None, Query(description="gen_ai.conversation.id")] = None,
+    proxy_user: Annotated[str | None, Query(description="The user the proxy authenticated (proxyauth)")] = None,
+    key_owner: Annotated[
+        str | None, Query(description="Records sent with a credential of this owner or team (observer key-owner)")
+    ] = None,
+    key_fingerprint: Annotated[
+        str | None, Query(description="Records sent with the credential of this fingerprint (hmac-sha256:…)")
+    ] = None,
     q: Annotated[
         str | None,
         Query(description="Words that must all appear in the prompt or completion (not for viewers)"),
@@ -95,6 +102,9 @@ def filters(
         "violation": violation,
         "request_id": request_id,
         "conversation_id": conversation_id,
+        "proxy_user": proxy_user,
+        "key_owner": key_owner,
+        "key_fingerprint": key_fingerprint,
         "q": q,
     }
     for name, value, vocabulary in (("outcome", outcome, OUTCOMES), ("violation", violation, VIOLATIONS)):

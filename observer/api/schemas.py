@@ -53,7 +53,26 @@ class Readiness(_Schema):
 class UsageOut(_Schema):
     input_tokens: int | None = Field(description="gen_ai.usage.input_tokens; null when not reported")
     output_tokens: int | None = Field(description="gen_ai.usage.output_tokens; null when not reported")
+    cache_read_input_tokens: int | None = Field(
+        description="gen_ai.usage.cache_read.input_tokens: input read from a prompt cache; null when not reported"
+    )
+    cache_creation_input_tokens: int | None = Field(
+        description="gen_ai.usage.cache_creation.input_tokens: input written to a prompt cache; null when not reported"
+    )
+    reasoning_output_tokens: int | None = Field(description="Output tokens spent on reasoning; null when not reported")
+    total_tokens: int | None = Field(description="The vendor's total as sent (never computed); null when not sent")
+    details: dict[str, dict[str, int]] | None = Field(
+        description="Other reported counts, {group: {name: tokens}}: groups input, output, cache_read,"
+        " cache_creation (names are modalities or the vendor's counts) and duration_ns (nanoseconds)"
+    )
     reported: bool = Field(description="A usage event was seen")
+
+
+class ChoiceOut(_Schema):
+    index: int
+    text: str | None = Field(description="The choice's text block; null for a role without the content permission")
+    stop_reason: str | None
+    stop_reason_raw: str | None
 
 
 class ErrorInfoOut(_Schema):
@@ -75,7 +94,10 @@ class ToolCallOut(_Schema):
     arguments: str | None = Field(
         description="JSON-encoded arguments exactly as streamed; null for a role without the content permission"
     )
-    declared: bool = Field(description="The name was among the request's declared tools (draft §8.2)")
+    declared: bool | None = Field(
+        description="The name was among the request's declared tools (draft §8.2); null where the request"
+        " cannot declare them (an AI SDK UI request: its tools live on the app's server)"
+    )
 
 
 class ViolationOut(_Schema):
@@ -115,6 +137,11 @@ class ProvenanceOut(_Schema):
     ingested_at: str = Field(json_schema_extra=_TIME)
 
 
+class KeyOwnerOut(_Schema):
+    owner: str
+    team: str | None
+
+
 class ExchangeOut(_Schema):
     """The full audit record of one exchange (``observer.records.Exchange.to_dict()``)."""
 
@@ -126,6 +153,13 @@ class ExchangeOut(_Schema):
     path: str
     method: str
     http_version: str
+    client_address: str | None = Field(
+        description="client.address as the proxy saw it, or its keyed pseudonym (setting client_address); null when off"
+    )
+    proxy_user: str | None = Field(description="The user the proxy authenticated (mitmproxy proxyauth)")
+    key_fingerprint: str | None = Field(
+        description="hmac-sha256 fingerprint of the request's API credential (never the credential)"
+    )
     status_code: int | None
     started_at: str = Field(json_schema_extra=_TIME)
     ended_at: str | None = Field(json_schema_extra=_TIME)
@@ -137,7 +171,16 @@ class ExchangeOut(_Schema):
     text: str | None = Field(
         description="All text blocks joined in index order; null for a role without the content permission"
     )
+    response_id: str | None = Field(description="gen_ai.response.id: the vendor's response or message id")
+    system_fingerprint: str | None = Field(description="openai.response.system_fingerprint")
+    service_tier: str | None = Field(description="The service tier that served the response, as sent")
     blocks: list[BlockOut]
+    reasoning: str | None = Field(
+        description="All reasoning blocks joined in index order; null for a role without the content permission"
+    )
+    choices: list[ChoiceOut] | None = Field(
+        description="Per-choice results when the response had several choices (n > 1); null for one answer"
+    )
     tool_calls: list[ToolCallOut]
     usage: UsageOut
     stop_reason: str | None
@@ -152,8 +195,18 @@ class ExchangeOut(_Schema):
     provenance: ProvenanceOut | None = Field(
         description="null for a record observed live; where an ingested one came from (observer ingest)"
     )
+    request_last_event_id: str | None = Field(
+        description="The request's Last-Event-ID header (a client resuming an event stream); null: not a resumption"
+    )
+    last_event_id: str | None = Field(description="The id of the response's last SSE event; null: the stream set none")
     conversation_id: str | None = Field(
         description="gen_ai.conversation.id: the id of the conversation's first exchange (linked by the store)"
+    )
+    resumes_id: str | None = Field(
+        description="The exchange this one resumes: same host, its last_event_id = this request's Last-Event-ID"
+    )
+    key_owner: KeyOwnerOut | None = Field(
+        description="Who holds the credential of key_fingerprint (observer key-owner add); null when unknown"
     )
     content_withheld: bool = Field(
         description="True when this role may not read content: text, block text, tool arguments, request messages"
@@ -209,6 +262,43 @@ class StatsOut(_Schema):
     group_by: str
     filters: dict[str, Any] = Field(description="The filters applied, as given")
     groups: list[StatsGroup]
+
+
+class ViolationCountOut(_Schema):
+    count: int = Field(description="Violations of this kind")
+    exchanges: int = Field(description="Exchanges with at least one violation of this kind")
+
+
+class ConformanceGroup(BaseModel):
+    """One group of the conformance report (``observer.store.conformance``): its key (``host``:
+    scheme, host, port, dialect and endpoint; ``dialect``; ``day``) and its counts, each share
+    derived from its count (null when its denominator is 0)."""
+
+    model_config = ConfigDict(extra="allow")
+    exchanges: int = Field(description="Exchanges of the group")
+    completed: int = Field(
+        description="Outcome completed: the stream ended with stream.end or the dialect's equivalent"
+    )
+    completed_share: float = Field(description="completed / exchanges")
+    usage_reported: int = Field(description="Exchanges with a usage report")
+    usage_reported_share: float = Field(description="usage_reported / exchanges")
+    conformant: int = Field(description="Exchanges without any violation")
+    conformant_share: float = Field(description="conformant / exchanges")
+    seq_checked: int = Field(
+        description="Exchanges with events of a dialect whose events carry a sequence number (seq_dialects)"
+    )
+    seq_monotonic: int | None = Field(
+        description="Of seq_checked, those without seq_gap or seq_repeat (draft §5.2); null when seq_checked is 0"
+    )
+    seq_monotonic_share: float | None = Field(description="seq_monotonic / seq_checked; null when seq_checked is 0")
+    violations: dict[str, ViolationCountOut] = Field(description="Per violation kind recorded in the group")
+
+
+class ConformanceOut(_Schema):
+    group_by: str
+    filters: dict[str, Any] = Field(description="The filters applied, as given")
+    seq_dialects: list[str] = Field(description="The dialects whose sequence numbers are checked")
+    groups: list[ConformanceGroup]
 
 
 class AccessLogEntry(_Schema):
@@ -350,3 +440,14 @@ class AlertOut(_Schema):
 
 class AlertPage(_Schema):
     items: list[AlertOut]
+
+
+class ReplayOut(_Schema):
+    """One exchange replayed in the draft standard's format (``GET /v1/exchanges/{id}/replay``;
+    ``observer.standard_replay``)."""
+
+    id: str
+    dialect: str = Field(description="The dialect the exchange was recorded in", examples=["openai.chat"])
+    status_code: int | None = Field(description="The HTTP status the recorded response came with")
+    request: dict[str, Any] = Field(description="The application/llm-request+json request envelope (draft §4.2)")
+    stream: str = Field(description="The text/event-stream of draft events, stream.start first (draft §5)")

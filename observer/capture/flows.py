@@ -37,7 +37,8 @@ class FlowState:
     counted (``unread_bytes``, by ``count_unread`` as mitmproxy's stream callable). A multi-turn
     stream: ``turns`` recorded so far, when the last one ended (``turn_ended_at``), and
     ``reread(until_s)``, which reads the request body as received by then (a streamed upload:
-    the client's later turns travel in it), or ``None``."""
+    the client's later turns travel in it), or ``None``. ``held``: the request's body was kept
+    before any dialect claimed it (``capture.held``): it is read once its upload has ended."""
 
     dialect: Dialect
     exchange: Exchange
@@ -56,6 +57,7 @@ class FlowState:
     turns: int = 0
     turn_ended_at: datetime | None = None
     reread: Callable[[float | None], RequestRead] | None = None
+    held: bool = False
 
     def count_unread(self, chunk: bytes) -> bytes:
         """``flow.response.stream`` of a metadata-only exchange: the chunk passed on unchanged,

@@ -9,7 +9,9 @@ mitmproxy's own readers and drives these hooks with them). Hook use follows mitm
 - ``server_connect`` / ``server_connected``: upstreams the proxy must not reach for its clients
   (``capture.guard``: loopback, link-local, cloud metadata, the observer's own ports) are refused.
 - ``requestheaders``: classify by host and headers (cheap); other traffic gets ``stream = True``
-  on the request (and later the response) so it is never buffered and never recorded.
+  on the request (and later the response) so it is never buffered and never recorded, except
+  that a request on an LLM host that a response-recognised dialect may still claim has its body
+  copied on the side as it streams on (``capture.held``), until its response headers decide.
 - ``request``: read the (buffered) request body of an observed flow (``capture.request``).
 - ``responseheaders``: the response's spec goes to the backend (``capture.backend``) and a
   per-flow stream callable (``capture.tap.StreamTap``) returns every chunk unchanged.
@@ -45,6 +47,7 @@ from observer.capture.backend import FailoverBackend, InProcessBackend
 from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.guard import Resolved, UpstreamGuard, build_guard, is_local, literal, resolve
+from observer.capture.held import HELD_KEY, adopt, hold, holders, holds
 from observer.capture.request import (
     RequestRead,
     RequestTap,
@@ -52,13 +55,16 @@ from observer.capture.request import (
     flow_record_id,
     read_request,
     skeleton,
+    spec_tool_names,
 )
+from observer.capture.sender import sender_of, stamp_sender
 from observer.capture.sockets import Socket, SocketRecorder
 from observer.capture.tap import StreamTap
 from observer.config import OPTION_PREFIX, PROXY_SPECS, Settings, add_options, did_you_mean, settings_from_options
 from observer.dialects.base import Dialect, RequestView
 from observer.dialects.registry import DEFAULT_REGISTRY, DialectRegistry, load_registry
 from observer.errors import ConfigError
+from observer.identity import FingerprintKey
 from observer.limits import Limits
 from observer.metrics import ProxyMetrics, SnapshotWriter, pipeline_stats, proxy_name
 from observer.reassembly import EndCause
@@ -93,8 +99,15 @@ class LLMAudit:
     ``worker``: parse in a worker process (``None``: the ``observer_worker`` option decides)."""
 
     def __init__(
-        self, sink: Sink | None = None, registry: DialectRegistry | str | None = None, worker: bool | None = None
+        self,
+        sink: Sink | None = None,
+        registry: DialectRegistry | str | None = None,
+        worker: bool | None = None,
+        fingerprint_key: FingerprintKey | None = None,
     ) -> None:
+        # The secret of key fingerprints (observer.identity): given, or the setting's file once
+        # the proxy journals (``_start_writer``); without one, records have no key_fingerprint.
+        self._fingerprint_key = fingerprint_key
         self._registry_given = registry is not None  # else the observer_dialect_registry option decides
         if isinstance(registry, DialectRegistry):
             self._registry_factory: str | None = None
@@ -135,6 +148,7 @@ class LLMAudit:
         self.refused_connections = 0
         self._options_error: str | None = None  # a deferred ``--set observer_*`` that did not parse
         self._deferred: dict[FlowState, tuple] = {}  # ``response`` finishing soon: state -> (handle, end, status)
+        self._holders: tuple[DialectRegistry | None, tuple[Dialect, ...]] = (None, ())  # ``_response_holders``
         self.hook_errors = 0
 
     # ----- counters -----
@@ -352,6 +366,8 @@ class LLMAudit:
         settings = self._settings
         url = settings.db
         key = CheckpointKey.load_or_create(settings.checkpoint_key_path)  # ConfigError before anything opens
+        if self._fingerprint_key is None:
+            self._fingerprint_key = FingerprintKey.load_or_create(settings.fingerprint_key_path)
         journal = Journal(settings.journal_path, max_bytes=settings.spool_max_bytes, queue_max=settings.queue_max)
         journal.open()
         _pos, acked_seq = read_ack(journal.directory)
@@ -590,11 +606,19 @@ class LLMAudit:
         if flow.server_conn.id in self._refused_servers:
             flow.kill()
             return
+        if flow.response is not None:  # answered by the proxy itself (proxyauth's 407): no exchange upstream
+            return
         try:
             view = _request_view(flow)
-            dialect = self._registry.classify(view, self._is_llm_host(flow))
+            llm_host = self._is_llm_host(flow)
+            dialect = self._registry.classify(view, llm_host)
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
+                if holds(self._response_holders(), view, llm_host):  # ... but its response may claim it
+                    held = hold(view, self._limits)
+                    flow.metadata[HELD_KEY] = held
+                    if held.tap is not None:
+                        flow.request.stream = held.tap  # streamed on unchanged, a bounded copy kept
                 return
             if self._settings.fail_closed and self._journal is not None and not self._journal.accepting:
                 self._refuse(flow)
@@ -625,6 +649,8 @@ class LLMAudit:
         response starts before the upload ended)."""
         if state.parsed:
             return
+        if state.held and flow.request.timestamp_end is None:
+            return  # a held body still uploading: read at its end (``request``), else incomplete_request
         state.parsed = True
         try:
             if state.request_tap is not None:
@@ -673,7 +699,7 @@ class LLMAudit:
                 content_encoding=resp.headers.get("content-encoding"),
                 started_at_s=ex.started_at.timestamp(),
                 path=ex.path,
-                tool_names=tuple(request.tool_names),
+                tool_names=spec_tool_names(state.dialect, request),
                 request_id=request.request_id,
                 request_stream=request.stream,
                 limits=self._limits,
@@ -767,17 +793,20 @@ class LLMAudit:
 
     def _reclassify(self, flow: http.HTTPFlow, state: FlowState | None) -> FlowState | None:
         """Lets the response headers name the dialect (registry ``classify_response``). A flow
-        first seen here was not recognised by its request, whose body was streamed on unkept:
-        its record has no request facts."""
+        first seen here was not recognised by its request: its body, streamed on, is the copy
+        held for it (``capture.held.adopt``), dropped when the response does not claim it."""
+        held = flow.metadata.pop(HELD_KEY, None)
         view = state.view if state is not None else _request_view(flow)
         headers = {k.lower(): v for k, v in flow.response.headers.items()}
         current = state.dialect if state is not None else None
         dialect = self._registry.classify_response(view, headers, current, self._is_llm_host(flow))
         if dialect is None or dialect is current:
+            if held is not None:
+                held.release()
             return state
         if state is None:
             state = _new_state(flow, dialect, view)
-            state.parsed = True  # the request was streamed on unkept
+            adopt(state, held)
             self._track(flow, state)
             return state
         state.dialect = dialect
@@ -817,6 +846,7 @@ class LLMAudit:
                 view,
                 http_facts,
                 header_secrets(view.headers),
+                sender=self._sender(flow),
             )
             self._sockets.sockets[flow.id] = sock
         except Exception:
@@ -864,11 +894,33 @@ class LLMAudit:
         return named != req.host and self._hosts.matches(named, req.port)
 
     def _track(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        stamp_sender(state.exchange, self._sender(flow))
         flow.metadata[METADATA_KEY] = state
         self._flows.track(flow.id, state)
 
+    def _sender(self, flow: http.HTTPFlow) -> dict[str, str | None]:
+        """Who sent ``flow`` (``observer.capture.sender``); on a failure of ours, nobody known
+        (logged once): the flow is still observed."""
+        try:
+            return sender_of(flow, self._fingerprint_key, self._settings.client_address)
+        except Exception:  # noqa: BLE001
+            self._hook_failed("sender")
+            return {"client_address": None, "proxy_user": None, "key_fingerprint": None, "last_event_id": None}
+
+    def _response_holders(self) -> tuple[Dialect, ...]:
+        """The registry's dialects that may claim a request by its response
+        (``capture.held.holders``), found once per registry."""
+        registry = self._registry
+        if self._holders[0] is not registry:
+            self._holders = (registry, holders(tuple(registry.get(n) for n in registry.names)))
+        return self._holders[1]
+
     def _pop(self, flow: http.HTTPFlow) -> FlowState | None:
-        """The flow's state, unless it is not observed or was already finished."""
+        """The flow's state, unless it is not observed or was already finished (a body still
+        held for it is dropped)."""
+        held = flow.metadata.pop(HELD_KEY, None)
+        if held is not None:
+            held.release()
         self._flows.untrack(flow.id)
         state = flow.metadata.pop(METADATA_KEY, None)
         return None if state is None or state.finished else state

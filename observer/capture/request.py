@@ -115,6 +115,14 @@ def redacted(facts: RequestFacts, violations: list[Violation]) -> list[str]:
     return removed
 
 
+def spec_tool_names(dialect: Dialect, request: RequestFacts) -> tuple[str, ...] | None:
+    """``ResponseSpec.tool_names`` of ``request`` read by ``dialect``: its declared tool names,
+    or ``None`` when the dialect's requests never declare tools (its ``declares_tools`` is
+    False, e.g. the AI SDK UI request: tools live on the app's server), so that each tool call's
+    ``declared`` is unknown rather than ``undeclared_tool`` (``observer.reassembly``)."""
+    return tuple(request.tool_names) if getattr(dialect, "declares_tools", True) else None
+
+
 def declared_too_large(length: str, limits: Limits) -> Violation | None:
     """The ``oversize_request`` violation of a request whose declared ``Content-Length`` is
     over ``max_request_bytes`` (it is streamed on, not parsed), else ``None``."""
@@ -170,6 +178,13 @@ class RequestTap:
                         self._ends.append(len(self._buf))
         return data
 
+    def release(self) -> None:
+        """Drops the copy and keeps none of the chunks still to come (they are still passed on
+        and counted): a held body whose response was not LLM traffic (``capture.held``)."""
+        self.over = True
+        self._buf = bytearray()
+        self._times, self._ends = [], []
+
     def body(self, until_s: float | None = None) -> bytes | None:
         """The kept request body, or ``None`` when it outgrew ``max_bytes``; with ``until_s``
         (epoch seconds) only the chunks that had arrived by then (all of them past the first
@@ -201,4 +216,5 @@ __all__ = [
     "read_request",
     "redacted",
     "skeleton",
+    "spec_tool_names",
 ]

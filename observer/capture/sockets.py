@@ -36,6 +36,7 @@ from urllib.parse import unquote
 
 from observer.capture.flows import FlowState, FlowTable
 from observer.capture.request import FLOW_NAMESPACE, redacted, skeleton
+from observer.capture.sender import stamp_sender
 from observer.dialects.base import RequestView
 from observer.dialects.copilot import TurnClosed, TurnEvents, TurnOpened
 from observer.journal import turnlog
@@ -104,7 +105,8 @@ class _Open:
 @dataclass(slots=True)
 class Socket:
     """One observed socket: its dialect and session, the upgrade request (``view``, ``http``:
-    scheme, host, port, path, method, http_version; ``secrets``: its header credentials), the open
+    scheme, host, port, path, method, http_version; ``secrets``: its header credentials;
+    ``sender``: who sent it, ``observer.capture.sender``), the open
     turns by key, how many turns it has had, and its socket-level violations counted."""
 
     flow_id: str
@@ -117,6 +119,7 @@ class Socket:
     turns: dict[str, _Open] = field(default_factory=dict)
     count: int = 0
     problems: int = 0
+    sender: dict[str, str | None] = field(default_factory=dict)  # observer.capture.sender.sender_of
 
 
 def redact_params(path: str, names: tuple[str, ...], removed: list[str]) -> str:
@@ -206,6 +209,8 @@ class SocketRecorder:
             record_id=turn_record_id(sock.flow_id, opened.key, sock.count),
         )
         sock.count += 1
+        if sock.sender:
+            stamp_sender(ex, sock.sender)
         ex.status_code = 101
         ex.request = opened.facts
         state = FlowState(sock.dialect, ex, sock.view, sock.client_id, envelope_secrets=removed)

@@ -18,8 +18,9 @@ from urllib.parse import unquote_to_bytes
 
 import orjson
 
-from observer.dialects.toolkit import INT64_MAX, base64_decoded_size, count, is_int, not_llm_request, vendor_object
-from observer.events import ErrorEvent, UsageEvent
+from observer.dialects.toolkit import INT64_MAX, base64_decoded_size, is_int, not_llm_request, vendor_object
+from observer.dialects.usage import UsageMap
+from observer.events import ErrorEvent, ResponseIdentity
 from observer.records import RequestFacts, Violation, ViolationKind
 
 V = ViolationKind
@@ -30,16 +31,49 @@ REDUCE_DEPTH = 100  # levels of nesting ``reduce_binary`` walks (well under the 
 _URL_KEYS = frozenset({"url", "image_url"})  # chat ``image_url.url``; Responses ``input_image.image_url``
 
 
-def usage_event(usage: dict[str, Any], in_key: str, out_key: str, seq: int | None, out: list[Any]) -> None:
-    """Appends a ``UsageEvent(seq, usage[in_key], usage[out_key])`` when either is a token count
-    (:func:`count`); a count present, not null and not a token count is an ``invalid_event``
-    (``seq``) and is left out."""
-    tokens_in, tokens_out = count(usage.get(in_key)), count(usage.get(out_key))
-    for key, value in ((in_key, tokens_in), (out_key, tokens_out)):
-        if value is None and usage.get(key) is not None:
-            out.append(Violation(V.INVALID_EVENT, seq, f"usage.{key} is not a token count: {usage[key]!r:.40}"))
-    if tokens_in is not None or tokens_out is not None:
-        out.append(UsageEvent(seq, tokens_in, tokens_out))
+#: OpenAI ``CompletionUsage`` (Chat Completions; API reference "The chat completion object"):
+#: ``prompt_tokens`` (cached included), ``completion_tokens`` (reasoning included),
+#: ``total_tokens``, ``prompt_tokens_details`` {``cached_tokens``, ``audio_tokens``},
+#: ``completion_tokens_details`` {``reasoning_tokens``, ``audio_tokens``,
+#: ``accepted_prediction_tokens``, ``rejected_prediction_tokens``}; DeepSeek's
+#: ``prompt_cache_hit_tokens`` and OpenRouter's ``prompt_tokens_details.cache_write_tokens``
+#: where OpenAI's own fields are absent.
+CHAT_USAGE = UsageMap(
+    input=("prompt_tokens",),
+    output=("completion_tokens",),
+    cache_read=("prompt_tokens_details.cached_tokens", "prompt_cache_hit_tokens"),
+    cache_creation=("prompt_tokens_details.cache_write_tokens",),
+    reasoning=("completion_tokens_details.reasoning_tokens",),
+    total=("total_tokens",),
+    objects=(("input", "prompt_tokens_details"), ("output", "completion_tokens_details")),
+    mapped=frozenset({"cached_tokens", "cache_write_tokens", "reasoning_tokens"}),
+)
+#: OpenAI ``ResponseUsage`` (Responses API reference, "The response object" ``usage``):
+#: ``input_tokens`` (cached included), ``input_tokens_details.cached_tokens``,
+#: ``output_tokens`` (reasoning included), ``output_tokens_details.reasoning_tokens``,
+#: ``total_tokens``.
+RESPONSES_USAGE = UsageMap(
+    input=("input_tokens",),
+    output=("output_tokens",),
+    cache_read=("input_tokens_details.cached_tokens",),
+    reasoning=("output_tokens_details.reasoning_tokens",),
+    total=("total_tokens",),
+    objects=(("input", "input_tokens_details"), ("output", "output_tokens_details")),
+    mapped=frozenset({"cached_tokens", "reasoning_tokens"}),
+)
+
+
+def identity(obj: dict[str, Any], seq: int | None, out: list[Any], seen: set[str] | None = None) -> None:
+    """Appends a ``ResponseIdentity`` of the response object ``obj`` (``id``,
+    ``system_fingerprint``, ``service_tier``) when it has one of them — with ``seen`` (the
+    names already given; updated) only when one is new: chat chunks repeat them all."""
+    values = {key: text(obj.get(key)) for key in ("id", "system_fingerprint", "service_tier")}
+    if seen is None:
+        if any(v is not None for v in values.values()):
+            out.append(ResponseIdentity(seq, values["id"], values["system_fingerprint"], values["service_tier"]))
+    elif any(v is not None and key not in seen for key, v in values.items()):
+        seen.update(key for key, v in values.items() if v is not None)
+        out.append(ResponseIdentity(seq, values["id"], values["system_fingerprint"], values["service_tier"]))
 
 
 def text(v: Any) -> str | None:

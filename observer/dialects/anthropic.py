@@ -28,7 +28,14 @@ Decisions (the record's conventions applied to this vendor):
   ``content_block_start``, even if it stays empty.
 - Usage is assigned, never added: ``message_start.message.usage`` and every
   ``message_delta.usage`` carry the totals so far. ``input_tokens`` is Anthropic's value, which
-  excludes cache reads and writes.
+  excludes cache reads and writes: those are ``cache_read_input_tokens`` and
+  ``cache_creation_input_tokens`` as sent, the split of the cache write by lifetime
+  (``cache_creation.ephemeral_5m_input_tokens``, ``…_1h_…``) is ``details.cache_creation``
+  (``ephemeral_5m``, ``ephemeral_1h``), server tool requests (``server_tool_use``,
+  ``web_search_requests``) ``details.server_tool_use``, any ``output_tokens_details`` counts
+  ``details.output``; no total and no reasoning count are sent (``null``). Source: Messages API reference, "Usage" object; "Prompt caching".
+- ``message.id`` (``msg_…``) is the ``response_id`` and ``usage.service_tier`` the
+  ``service_tier`` (``ResponseIdentity``).
 - ``data: [DONE]`` (appended by some Anthropic-compatible proxies, under ``event: done`` or
   none) maps to nothing, before or after ``message_stop`` (no ``event_after_end``), and is
   recorded once per stream as ``invalid_event``: it is not an Anthropic event, and the official
@@ -58,15 +65,16 @@ from observer.dialects.toolkit import (
     tool_names,
     vendor_object,
 )
+from observer.dialects.usage import UsageMap, read_usage
 from observer.events import (
     ContentDelta,
     ErrorEvent,
+    ResponseIdentity,
     StopEvent,
     StreamEnd,
     StreamStart,
     ToolCallDelta,
     ToolCallEvent,
-    UsageEvent,
 )
 from observer.records import RequestFacts, Violation, ViolationKind
 from observer.response import ResponseSpec
@@ -246,8 +254,10 @@ class AnthropicAdapter(AdapterBase):
     string ``type``, a bad block ``index``, a delta whose kind does not fit the block its
     ``content_block_start`` opened, a second ``content_block_start`` at one index
     (``invalid_event``; ``reused_tool_index`` when a tool block follows a tool block there: the
-    new call is recorded separately and later fragments join it), and an SSE ``event`` name
-    different from the JSON ``type`` (``type_mismatch``)."""
+    new call is recorded separately and later fragments join it), a ``content_block_stop`` for an
+    index no ``content_block_start`` opened (``block_not_started``: nothing else is lost, the stop
+    reason comes in ``message_delta``), and an SSE ``event`` name different from the JSON
+    ``type`` (``type_mismatch``)."""
 
     def __init__(self) -> None:
         self._kinds: dict[int, str] = {}  # block index -> "text" | "reasoning" | "tool" | other type
@@ -331,6 +341,7 @@ class AnthropicAdapter(AdapterBase):
             return
         model = msg.get("model")
         out.append(StreamStart(None, model if isinstance(model, str) else None, None))
+        _message_identity(msg, out)
         _usage(msg.get("usage"), out)
 
     def _block_start(self, obj: dict[str, Any], out: Out) -> None:
@@ -382,6 +393,14 @@ class AnthropicAdapter(AdapterBase):
         else:
             out.append(ContentDelta(None, index, value, kind))
 
+    def _block_stop(self, obj: dict[str, Any], out: Out) -> None:
+        """``content_block_stop``: the record holds nothing of it, but a stop for an index that no
+        ``content_block_start`` opened is ``block_not_started`` (a bad index: ``invalid_event``)."""
+        index = _index(obj, out)
+        if index is not None and index not in self._kinds:
+            detail = f"content_block_stop for index {index}, which no content_block_start opened"
+            out.append(Violation(V.BLOCK_NOT_STARTED, None, detail))
+
     def _message_delta(self, obj: dict[str, Any], out: Out) -> None:
         delta = obj.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, dict) else None
@@ -403,6 +422,7 @@ class AnthropicAdapter(AdapterBase):
         stop reason, usage, end."""
         model = obj.get("model")
         out.append(StreamStart(None, model if isinstance(model, str) else None, None))
+        _message_identity(obj, out)
         content = obj.get("content")
         if isinstance(content, list):
             for index, block in enumerate(content):
@@ -460,20 +480,33 @@ def _index(obj: dict[str, Any], out: Out) -> int | None:
     return None
 
 
+#: The Messages API ``Usage`` object (module docstring).
+ANTHROPIC_USAGE = UsageMap(
+    input=("input_tokens",),
+    output=("output_tokens",),
+    cache_read=("cache_read_input_tokens",),
+    cache_creation=("cache_creation_input_tokens",),
+    objects=(
+        ("cache_creation", "cache_creation"),
+        ("server_tool_use", "server_tool_use"),
+        ("output", "output_tokens_details"),
+    ),
+)
+
+
 def _usage(usage: Any, out: Out) -> None:
-    """A cumulative ``usage`` object: ``input_tokens``/``output_tokens`` when present (null or
-    absent = not in this event); a non-integer count is an ``invalid_event``."""
-    if not isinstance(usage, dict):
-        return
-    counts: list[int | None] = []
-    for key in ("input_tokens", "output_tokens"):
-        value = usage.get(key)
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            out.append(Violation(V.INVALID_EVENT, None, f"usage.{key} is not a non-negative integer"))
-            value = None
-        counts.append(value)
-    if counts[0] is not None or counts[1] is not None:
-        out.append(UsageEvent(None, counts[0], counts[1]))
+    """A cumulative ``usage`` object (``ANTHROPIC_USAGE``; null or absent counts are not in
+    this event; a non-integer count is an ``invalid_event``) and its ``service_tier``."""
+    read_usage(usage, ANTHROPIC_USAGE, None, out)
+    if isinstance(usage, dict) and isinstance(usage.get("service_tier"), str) and usage["service_tier"]:
+        out.append(ResponseIdentity(None, service_tier=usage["service_tier"]))
+
+
+def _message_identity(msg: dict[str, Any], out: Out) -> None:
+    """The message's ``id`` (``msg_…``) as the ``response_id``."""
+    mid = msg.get("id")
+    if isinstance(mid, str) and mid:
+        out.append(ResponseIdentity(None, response_id=mid))
 
 
 _DELTAS = {
@@ -486,9 +519,10 @@ _HANDLERS = {
     "message_start": AnthropicAdapter._message_start,
     "content_block_start": AnthropicAdapter._block_start,
     "content_block_delta": AnthropicAdapter._block_delta,
+    "content_block_stop": AnthropicAdapter._block_stop,
     "message_delta": AnthropicAdapter._message_delta,
     "message_stop": AnthropicAdapter._message_stop,
     "error": AnthropicAdapter._error,
     "message": AnthropicAdapter._whole_message,
-    # content_block_stop, ping and unknown types: nothing to record
+    # ping and unknown types: nothing to record
 }

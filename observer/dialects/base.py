@@ -129,6 +129,16 @@ class Dialect(Protocol):
       part of the conversation, e.g. a system prompt kept in ``parameters``) in canonical form.
     - ``answer_message(exchange: Exchange) -> CanonicalMessage | None``: the record's answer as
       this dialect's clients resend it, ``None`` when it cannot be continued (e.g. ``n > 1``).
+
+    And, for a dialect claimed by its response (``matches_response``), looked up the same way:
+
+    - ``may_match_response(request: RequestView) -> bool``: the requests no dialect claimed by
+      their headers whose body is held, bounded, until the response headers decide
+      (``observer.capture.held``; absent: none is held, and such a request is recorded without
+      its body).
+    - ``declares_tools: bool`` (absent: True): False when this dialect's requests never declare
+      the tools the model may call (the AI SDK UI: the app's server does), so each tool call is
+      ``declared: None`` and no ``undeclared_tool`` is recorded.
     """
 
     name: str

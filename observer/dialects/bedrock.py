@@ -29,6 +29,9 @@ Decisions:
 - Converse content blocks are recorded as sent, but ``image`` / ``document`` / ``video``
   ``source.bytes`` (base64) become ``source.data_bytes`` (decoded size); ``system`` is a leading
   ``{"role": "system", "content": [...]}`` message, as for Anthropic.
+- Converse usage (``CONVERSE_USAGE``): input, output, total, cache read and write counts as
+  sent (``inputTokens`` excludes the cached ones); ``serviceTier.type`` is the ``service_tier``.
+  ``metrics.latencyMs`` is not kept, nor the ``x-amzn-requestid`` header (adapters see no headers).
 - Converse stop reasons: ``end_turn``, ``tool_use``, ``max_tokens``, ``stop_sequence`` are the
   canonical names already; ``guardrail_intervened`` and ``content_filtered`` are
   ``content_filter``; any other is kept as sent. The stream ends cleanly (``StreamEnd``) at
@@ -37,8 +40,8 @@ Decisions:
 - InvokeModel: the body is the model provider's own request and response format. Anthropic's
   (``anthropic_version`` ``bedrock-2023-05-31``, ``messages``) is read as the
   ``anthropic.messages`` dialect reads it, the decoded ``chunk`` payloads mapped by its adapter;
-  the final chunk's ``amazon-bedrock-invocationMetrics`` (``inputTokenCount``,
-  ``outputTokenCount``) gives usage when the model's own events gave none. Other providers'
+  the final chunk's ``amazon-bedrock-invocationMetrics`` (``METRICS_USAGE``: input, output,
+  cache read and write counts) gives usage when the model's own events gave none. Other providers'
   bodies are read for what is common: the prompt (``prompt`` / ``inputText`` / ``messages``),
   text (``outputText``, ``generation``, ``completion``, ``outputs[].text``), stop reason
   (``completionReason``, ``stop_reason``, ``outputs[].stop_reason``), usage from the invocation
@@ -58,9 +61,11 @@ import orjson
 from observer.dialects.anthropic import AnthropicAdapter, read_messages_request
 from observer.dialects.base import AdapterBase, DialectBase, Message, RequestView
 from observer.dialects.toolkit import Out, base64_decoded_size, check_messages, not_llm_request, vendor_object
+from observer.dialects.usage import UsageMap, read_usage
 from observer.events import (
     ContentDelta,
     ErrorEvent,
+    ResponseIdentity,
     StopEvent,
     StreamEnd,
     StreamStart,
@@ -206,10 +211,13 @@ class ConverseAdapter(AdapterBase):
     """Maps a ConverseStream response (or a Converse JSON body) onto canonical events.
 
     Checks: a payload that is not a JSON object, or a block index that is not a non-negative
-    integer (``invalid_event``); an unknown event type is skipped (the API may add members)."""
+    integer (``invalid_event``); a ``contentBlockStop`` for an index that no ``contentBlockStart``
+    or ``contentBlockDelta`` opened (a text block has no start: its first delta opens it),
+    ``block_not_started``; an unknown event type is skipped (the API may add members)."""
 
     def __init__(self) -> None:
         self._tool_blocks: set[int] = set()
+        self._opened: set[int] = set()  # block indexes a start or delta opened
         self._stopped = False
         self._ended = False
 
@@ -251,6 +259,8 @@ class ConverseAdapter(AdapterBase):
     def _block_start(self, obj: dict[str, Any], out: Out) -> None:
         index = _index(obj, out)
         start = obj.get("start")
+        if index is not None:
+            self._opened.add(index)
         if index is None or not isinstance(start, dict):
             return
         tool = start.get("toolUse")
@@ -273,6 +283,7 @@ class ConverseAdapter(AdapterBase):
         delta = obj.get("delta")
         if index is None:
             return
+        self._opened.add(index)
         if not isinstance(delta, dict):
             out.append(Violation(V.INVALID_EVENT, None, "contentBlockDelta: delta is not an object"))
             return
@@ -291,6 +302,14 @@ class ConverseAdapter(AdapterBase):
             # signature, redactedContent: nothing the record holds
         # citation, image, toolResult deltas: nothing the record holds
 
+    def _block_stop(self, obj: dict[str, Any], out: Out) -> None:
+        """``contentBlockStop``: nothing the record holds, but one for an index never opened is
+        ``block_not_started`` (the stop reason is ``messageStop``'s, unaffected)."""
+        index = _index(obj, out)
+        if index is not None and index not in self._opened:
+            detail = f"contentBlockStop for contentBlockIndex {index}, which no contentBlockStart or contentBlockDelta opened"
+            out.append(Violation(V.BLOCK_NOT_STARTED, None, detail))
+
     def _message_stop(self, obj: dict[str, Any], out: Out) -> None:
         self._stopped = True
         reason = obj.get("stopReason")
@@ -299,6 +318,7 @@ class ConverseAdapter(AdapterBase):
 
     def _metadata(self, obj: dict[str, Any], out: Out) -> None:
         _converse_usage(obj.get("usage"), out)
+        _service_tier(obj, out)
         if self._stopped and not self._ended:
             self._ended = True
             out.append(StreamEnd(None))
@@ -336,6 +356,7 @@ class ConverseAdapter(AdapterBase):
         if isinstance(reason, str):
             out.append(StopEvent(None, STOP_REASONS.get(reason, reason), reason))
         _converse_usage(obj.get("usage"), out)
+        _service_tier(obj, out)
         out.append(StreamEnd(None))
         self._ended = True
 
@@ -358,21 +379,47 @@ def _count(usage: dict[str, Any], key: str, out: Out) -> int | None:
     return None
 
 
+#: Converse ``TokenUsage`` (Bedrock API reference, "TokenUsage"): ``inputTokens`` (cache
+#: reads and writes excluded), ``outputTokens``, ``totalTokens``, ``cacheReadInputTokens``,
+#: ``cacheWriteInputTokens``.
+CONVERSE_USAGE = UsageMap(
+    input=("inputTokens",),
+    output=("outputTokens",),
+    cache_read=("cacheReadInputTokens",),
+    cache_creation=("cacheWriteInputTokens",),
+    total=("totalTokens",),
+)
+#: InvokeModel's ``amazon-bedrock-invocationMetrics`` (Bedrock user guide, "Monitor model
+#: invocation"): ``inputTokenCount``, ``outputTokenCount``, ``cacheReadInputTokenCount``,
+#: ``cacheWriteInputTokenCount`` (the latencies are not usage).
+METRICS_USAGE = UsageMap(
+    input=("inputTokenCount",),
+    output=("outputTokenCount",),
+    cache_read=("cacheReadInputTokenCount",),
+    cache_creation=("cacheWriteInputTokenCount",),
+)
+
+
 def _converse_usage(usage: Any, out: Out) -> None:
-    if not isinstance(usage, dict):
-        return
-    counts = (_count(usage, "inputTokens", out), _count(usage, "outputTokens", out))
-    if counts != (None, None):
-        out.append(UsageEvent(None, *counts))
+    read_usage(usage, CONVERSE_USAGE, None, out)
+
+
+def _service_tier(obj: dict[str, Any], out: Out) -> None:
+    """Converse ``serviceTier.type`` (``default``, ``priority``, ``flex``) as the ``service_tier``."""
+    tier = obj.get("serviceTier")
+    tier = tier.get("type") if isinstance(tier, dict) else None
+    if isinstance(tier, str) and tier:
+        out.append(ResponseIdentity(None, service_tier=tier))
 
 
 _CONVERSE_HANDLERS = {
     "messageStart": ConverseAdapter._message_start,
     "contentBlockStart": ConverseAdapter._block_start,
     "contentBlockDelta": ConverseAdapter._block_delta,
+    "contentBlockStop": ConverseAdapter._block_stop,
     "messageStop": ConverseAdapter._message_stop,
     "metadata": ConverseAdapter._metadata,
-    # contentBlockStop and unknown members: nothing to record
+    # unknown members: nothing to record
 }
 
 
@@ -535,6 +582,4 @@ def _generic_stop(reason: str) -> str:
 
 
 def _metrics_usage(metrics: dict[str, Any], out: Out) -> None:
-    counts = (_plain_count(metrics, ("inputTokenCount",)), _plain_count(metrics, ("outputTokenCount",)))
-    if counts != (None, None):
-        out.append(UsageEvent(None, *counts))
+    read_usage(metrics, METRICS_USAGE, None, out, where="amazon-bedrock-invocationMetrics")

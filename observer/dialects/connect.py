@@ -149,7 +149,15 @@ CURSOR_RESPONSE = FieldMap(
         "1.7": ("partial", FieldMap({"1": ("call_id", "string"), "3": ("args", "string")})),
         "1.14": (
             "turn_ended",
-            FieldMap({"1": ("input", "uint64"), "2": ("output", "uint64")}),
+            FieldMap(
+                {
+                    "1": ("input", "uint64"),
+                    "2": ("output", "uint64"),
+                    "3": ("cache_read", "uint64"),
+                    "4": ("cache_write", "uint64"),
+                    "5": ("reasoning", "uint64"),
+                }
+            ),
         ),
         "1.24.1": ("routed_model", "string"),
     }
@@ -203,7 +211,17 @@ WINDSURF_RESPONSE = FieldMap(
         "9": ("thinking", "string"),
         "5": ("stop_reason", "enum"),
         "6": ("tool", FieldMap({"1": ("id", "string"), "2": ("name", "string"), "3": ("arguments", "string")})),
-        "7": ("usage", FieldMap({"2": ("input", "uint64"), "3": ("output", "uint64")})),
+        "7": (
+            "usage",
+            FieldMap(
+                {
+                    "2": ("input", "uint64"),
+                    "3": ("output", "uint64"),
+                    "4": ("cache_write", "uint64"),
+                    "5": ("cache_read", "uint64"),
+                }
+            ),
+        ),
     }
 )
 WINDSURF_ROLES = {1: "user", 2: "system", 3: "assistant", 4: "tool"}
@@ -499,10 +517,8 @@ class CursorAdapter(ConnectAdapter):
         for turn in values.get("turn_ended", []):
             if self._ended:
                 continue
-            counts = (_first(turn, "input"), _first(turn, "output"))
             out.append(StopEvent(None, "end_turn", "turn_ended"))
-            if counts != (None, None):
-                out.append(UsageEvent(None, *counts))
+            _usage(turn, out)
             self._end(out)
 
 
@@ -583,9 +599,8 @@ class WindsurfAdapter(ConnectAdapter):
             self._last_tool = key
             self._tool(key, call_id, _first(call, "name"), _first(call, "arguments") or "", out)
         for usage in values.get("usage", []):
-            counts = (_first(usage, "input"), _first(usage, "output"))
-            if counts != (None, None) and not self._ended:
-                out.append(UsageEvent(None, *counts))
+            if not self._ended:
+                _usage(usage, out)
         reason = _first(values, "stop_reason")
         if reason is not None and not self._ended:
             out.append(StopEvent(None, WINDSURF_STOPS.get(reason, str(reason)), str(reason)))
@@ -643,3 +658,12 @@ class UnknownConnectAdapter(ConnectAdapter):
             )
         for text in found_strings(data):
             self._content(text + "\n", "text", out)
+
+
+def _usage(values: dict[str, Any], out: list[Any]) -> None:
+    """A usage message's counts as read by the field map (Cursor ``turn_ended`` 1.14.1-5: input,
+    output, cache read, cache write, reasoning; Windsurf ``ModelUsageStats`` 7.2-5: input, output,
+    cache write, cache read; binary-formats reference) -> one ``UsageEvent`` when it has any."""
+    counts = [_first(values, name) for name in ("input", "output", "cache_read", "cache_write", "reasoning")]
+    if any(c is not None for c in counts):
+        out.append(UsageEvent(None, counts[0], counts[1], counts[2], counts[3], counts[4]))

@@ -65,7 +65,14 @@ Decisions (the record's conventions applied to this vendor):
   safety system's answer is the stop reason (the SDKs do not raise on it either).
 - Usage: assigned from every ``usageMetadata`` that has counts (running totals; the last
   wins): input = ``promptTokenCount``, output = ``candidatesTokenCount`` +
-  ``thoughtsTokenCount`` (thinking is generated output, as Anthropic and OpenAI count it).
+  ``thoughtsTokenCount`` (thinking is generated output, as Anthropic and OpenAI count it);
+  cached = ``cachedContentTokenCount``, reasoning = ``thoughtsTokenCount``, total =
+  ``totalTokenCount``, the per-modality lists in ``details`` (``GEMINI_USAGE``).
+- ``responseId`` is the ``response_id`` and Vertex's ``usageMetadata.trafficType``
+  (``ON_DEMAND``, ``PROVISIONED_THROUGHPUT``: how the request was billed) the ``service_tier``
+  (``ResponseIdentity``; read from the chunks that carry counts or a new id). Per-candidate results
+  (``candidateCount > 1``) are not split into ``choices`` yet: the stop reason is the last
+  candidate's.
 - An ``error`` object in a chunk is an ``ErrorEvent`` (code: its ``status``, else its numeric
   ``code`` as text).
 - End: Gemini sends no end marker. ``StreamEnd`` is emitted when the body ends
@@ -79,7 +86,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -95,14 +102,15 @@ from observer.conversation import (
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import Out, base64_decoded_size, not_llm_request, read_tools, vendor_object
+from observer.dialects.usage import UsageMap, read_usage
 from observer.events import (
     ContentDelta,
     ErrorEvent,
     ModelEvent,
+    ResponseIdentity,
     StopEvent,
     StreamEnd,
     ToolCallEvent,
-    UsageEvent,
 )
 from observer.records import Exchange, RequestFacts, Violation, ViolationKind
 from observer.response import ResponseSpec
@@ -317,6 +325,7 @@ class GeminiAdapter(AdapterBase):
 
     def __init__(self) -> None:
         self._model: str | None = None
+        self._response_id: str | None = None  # the last responseId given (ResponseIdentity)
         self._finished = False  # a finishReason or blockReason was seen
         self._calls = 0  # function calls so far (their ordinal)
         self._calls_by_candidate: Counter[int] = Counter()
@@ -365,6 +374,9 @@ class GeminiAdapter(AdapterBase):
             return False
         model = get("modelVersion")
         if model.__class__ is str and model and model != self._model:
+            return False
+        rid = get("responseId")
+        if rid is not None and rid != self._response_id:
             return False
         meta = get("usageMetadata")
         if meta.__class__ is dict and not _COUNT_KEYS.isdisjoint(meta):
@@ -444,6 +456,10 @@ class GeminiAdapter(AdapterBase):
         if isinstance(model, str) and model and model != self._model:
             self._model = model
             out.append(ModelEvent(None, model))
+        rid = obj.get("responseId")
+        if isinstance(rid, str) and rid and rid != self._response_id:
+            self._response_id = rid
+            out.append(ResponseIdentity(None, response_id=rid))
         candidates = obj.get("candidates")
         if isinstance(candidates, list) and candidates:
             for position, candidate in enumerate(candidates):
@@ -676,21 +692,51 @@ def _count(meta: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-_COUNT_KEYS = frozenset({"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"})  # what _usage reads
+#: ``GenerateContentResponse.usageMetadata`` (Gemini API reference, "UsageMetadata"):
+#: ``promptTokenCount`` (cached content included), ``cachedContentTokenCount``,
+#: ``candidatesTokenCount``, ``thoughtsTokenCount``, ``toolUsePromptTokenCount``,
+#: ``totalTokenCount``, per-modality ``promptTokensDetails`` / ``cacheTokensDetails`` /
+#: ``candidatesTokensDetails`` / ``toolUsePromptTokensDetails`` (``[{modality, tokenCount}]``).
+GEMINI_USAGE = UsageMap(
+    input=("promptTokenCount",),
+    output=("candidatesTokenCount",),
+    cache_read=("cachedContentTokenCount",),
+    reasoning=("thoughtsTokenCount",),
+    total=("totalTokenCount",),
+    modalities=(
+        ("input", "promptTokensDetails"),
+        ("cache_read", "cacheTokensDetails"),
+        ("output", "candidatesTokensDetails"),
+        ("tool_use_prompt", "toolUsePromptTokensDetails"),
+    ),
+    named=(("input", "tool_use_prompt", "toolUsePromptTokenCount"),),
+)
+#: The ``usageMetadata`` keys ``GEMINI_USAGE`` reads (a chunk with one of them leaves the fast lane).
+_COUNT_KEYS = frozenset(
+    {
+        path.split(".")[0]
+        for paths in (GEMINI_USAGE.input, GEMINI_USAGE.output, GEMINI_USAGE.cache_read, GEMINI_USAGE.reasoning)
+        + (GEMINI_USAGE.total,)
+        for path in paths
+    }
+    | {path for _, path in GEMINI_USAGE.modalities}
+    | {path for _, _, path in GEMINI_USAGE.named}
+)
 
 
 def _usage(meta: Any, out: Out) -> None:
-    """``usageMetadata`` running totals -> one ``UsageEvent`` when it has any count; a count
-    present but not a non-negative integer is an ``invalid_event``."""
-    if not isinstance(meta, dict):
-        return
-    for key in sorted(_COUNT_KEYS):
-        if meta.get(key) is not None and _count(meta, key) is None:
-            detail = f"usageMetadata.{key} is not a token count: {meta[key]!r:.40}"
-            out.append(Violation(V.INVALID_EVENT, None, detail))
-    prompt = _count(meta, "promptTokenCount")
-    candidates = _count(meta, "candidatesTokenCount")
-    thoughts = _count(meta, "thoughtsTokenCount")
-    output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    if prompt is not None or output is not None:
-        out.append(UsageEvent(None, prompt, output))
+    """``usageMetadata`` running totals -> one ``UsageEvent`` (``GEMINI_USAGE``) when it has
+    any count; a count present but not a non-negative integer is an ``invalid_event``. The
+    output count is ``candidatesTokenCount`` plus ``thoughtsTokenCount`` (either alone when the
+    other is absent): Gemini bills thinking as output and its candidates count leaves it out,
+    while OpenAI's ``completion_tokens`` includes reasoning; ``reasoning_output_tokens`` is the
+    thoughts count as sent."""
+    if isinstance(meta, dict) and isinstance(meta.get("trafficType"), str) and meta["trafficType"]:
+        out.append(ResponseIdentity(None, service_tier=meta["trafficType"]))
+    found: Out = []
+    event = read_usage(meta, GEMINI_USAGE, None, found, where="usageMetadata")
+    if event is not None:
+        candidates, thoughts = event.output_tokens, event.reasoning_output_tokens
+        output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+        found = [replace(event, output_tokens=output) if item is event else item for item in found]
+    out.extend(found)

@@ -26,10 +26,10 @@ from observer.dialects.toolkit import (
     Out,
     base64_decoded_size,
     check_messages,
-    count,
     not_llm_request,
     vendor_object,
 )
+from observer.dialects.usage import UsageMap, read_usage
 from observer.dialects.vercel import is_ui_request, parse_ui_request
 from observer.events import (
     ContentDelta,
@@ -38,7 +38,6 @@ from observer.events import (
     StopEvent,
     StreamEnd,
     ToolCallEvent,
-    UsageEvent,
 )
 from observer.records import Exchange, RequestFacts, Violation, ViolationKind
 from observer.response import ResponseSpec
@@ -229,8 +228,8 @@ class OllamaAdapter(AdapterBase):
     compact JSON with orjson (a string is kept as sent). ``done: true`` -> ``StopEvent`` from
     ``done_reason`` (``stop`` -> ``end_turn``, or ``tool_use`` when the response produced tool
     calls, since Ollama reports ``stop`` for those too; ``length`` -> ``max_tokens``; others
-    raw; none when absent), ``UsageEvent`` (``prompt_eval_count`` input,
-    ``eval_count`` output, tokens), then ``StreamEnd``. ``{"error": "..."}`` -> ``ErrorEvent``
+    raw; none when absent), ``UsageEvent`` (``OLLAMA_USAGE``: ``prompt_eval_count`` input,
+    ``eval_count`` output, tokens; the durations in ``details``), then ``StreamEnd``. ``{"error": "..."}`` -> ``ErrorEvent``
     with code ``None``; Ollama closes the stream after it, so no ``StreamEnd`` follows.
     """
 
@@ -347,9 +346,7 @@ class OllamaAdapter(AdapterBase):
             out.append(StopEvent(None, canonical, reason))
         elif reason is not None:
             out.append(Violation(V.INVALID_EVENT, None, "done_reason is not a string"))
-        inp, outp = _count(obj, "prompt_eval_count", out), _count(obj, "eval_count", out)
-        if inp is not None or outp is not None:
-            out.append(UsageEvent(None, inp, outp))
+        read_usage(obj, OLLAMA_USAGE, None, out, where="")
         out.append(StreamEnd(None))
 
 
@@ -362,10 +359,17 @@ def _delta(source: dict[str, Any], key: str, index: int, block_type: str, out: O
         out.append(Violation(V.INVALID_EVENT, None, f"{key} is not a string"))
 
 
-def _count(obj: dict[str, Any], key: str, out: Out) -> int | None:
-    """``obj[key]`` as a token count (``toolkit.count``); present but not one: ``invalid_event``."""
-    v = obj.get(key)
-    tokens = count(v)
-    if tokens is None and v is not None:
-        out.append(Violation(V.INVALID_EVENT, None, f"{key} is not an integer in 0..2^63-1"))
-    return tokens
+#: The final chunk's counts (Ollama API docs, "Generate a chat completion", response fields):
+#: ``prompt_eval_count``, ``eval_count`` (tokens) and the timings ``total_duration``,
+#: ``load_duration``, ``prompt_eval_duration``, ``eval_duration`` (nanoseconds), the latter as
+#: ``details.duration_ns`` (``total``, ``load``, ``prompt_eval``, ``eval``).
+OLLAMA_USAGE = UsageMap(
+    input=("prompt_eval_count",),
+    output=("eval_count",),
+    named=(
+        ("duration_ns", "total", "total_duration"),
+        ("duration_ns", "load", "load_duration"),
+        ("duration_ns", "prompt_eval", "prompt_eval_duration"),
+        ("duration_ns", "eval", "eval_duration"),
+    ),
+)

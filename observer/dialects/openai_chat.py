@@ -15,9 +15,9 @@ Stop reasons (``finish_reason`` -> canonical, draft §5.3 where the meaning is t
 value (OpenRouter ``error``, servers' own) is kept as sent. ``stop_reason_raw`` is always the
 vendor's value.
 
-llama.cpp's old non-standard ``error:`` SSE field (before Sept. 2025) is dropped by the SSE
-layer as WHATWG prescribes for unknown fields; such a stream then looks like one that ended
-with ``data: [DONE]`` and no error.
+llama.cpp's old non-standard ``error:`` SSE field (before Sept. 2025), which WHATWG's parser
+ignores, reaches this adapter as an event of type ``error`` (``observer.wire.sse`` surfaces a
+JSON-valued unknown field, with a ``nonstandard_field`` violation) and is an ``ErrorEvent``.
 """
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ from urllib.parse import unquote
 
 from observer.conversation import CanonicalMessage, call, default_message, recorded_answer, result
 from observer.dialects._openai_common import (
+    CHAT_USAGE,
     arguments,
     call_id,
     error_event,
+    identity,
     read_envelope,
     reduce_binary,
     text,
-    usage_event,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import INT64_MAX, check_messages, is_int, load_object, not_llm_request, read_tools
+from observer.dialects.usage import read_usage
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -189,8 +191,13 @@ class OpenAIChatAdapter(AdapterBase):
       choice also streams ``tool_calls``: llama-cpp-python mirrors every fragment into both, and
       the mirror is not a second call.
     - ``finish_reason`` -> ``StopEvent`` (mapping in the module docstring); any object
-      ``usage`` (else Groq's ``x_groq.usage``) -> ``UsageEvent`` (``prompt_tokens`` input,
-      ``completion_tokens`` output); ``"usage": null`` is no report.
+      ``usage`` (else Groq's ``x_groq.usage``) -> ``UsageEvent`` (``_openai_common.CHAT_USAGE``:
+      ``prompt_tokens`` input, ``completion_tokens`` output, cached, reasoning, total and the
+      details); ``"usage": null`` is no report.
+    - The chunk's ``id`` (``chatcmpl-…``), ``system_fingerprint`` and ``service_tier`` ->
+      ``ResponseIdentity`` (given when one first appears; the id is also the record's ``request_id``, as
+      before). With several choices (``n > 1``) each ``finish_reason`` is also that choice's
+      (``StopEvent.choice``).
     - Errors: ``{"error": {…}}`` (OpenAI, OpenRouter — which may also send choices with
       ``finish_reason: "error"`` — SGLang, newer vLLM) or ``{"object": "error", …}`` (vLLM) ->
       ``ErrorEvent`` (``_openai_common.error_event``); a later ``[DONE]`` does not undo it.
@@ -209,6 +216,7 @@ class OpenAIChatAdapter(AdapterBase):
         self._generation: Counter[tuple[int, int]] = Counter()
         self._index_missing_reported = False
         self._modern_choices: set[int] = set()  # choices that stream ``tool_calls``
+        self._identity_seen: set[str] = set()  # ResponseIdentity fields given (``identity``)
         # ``_fast_fragment``'s memory: the (choice, tool index) slot of its last fragment and
         # the call open there (forgotten whenever a call opens in any slot).
         self._fast_c: int | None = None
@@ -239,6 +247,8 @@ class OpenAIChatAdapter(AdapterBase):
             out.append(error_event(None, obj["error"]))
         elif obj.get("object") == "error":
             out.append(error_event(None, obj))
+        elif message.event == "error":  # llama.cpp's `error:` field, surfaced by observer.wire.sse as an event
+            out.append(error_event(None, obj))
         choices = obj.get("choices")
         if isinstance(choices, list):
             for choice in choices:
@@ -252,8 +262,7 @@ class OpenAIChatAdapter(AdapterBase):
         if not isinstance(usage, dict):
             groq = obj.get("x_groq")  # Groq streams put the totals in the final chunk's x_groq.usage
             usage = groq.get("usage") if isinstance(groq, dict) else None
-        if isinstance(usage, dict):
-            usage_event(usage, "prompt_tokens", "completion_tokens", None, out)
+        read_usage(usage, CHAT_USAGE, None, out)
         if whole:
             out.append(StreamEnd(None))
         return out
@@ -346,6 +355,7 @@ class OpenAIChatAdapter(AdapterBase):
         elif model is not None and model != self._model:
             self._model = model
             out.append(ModelEvent(None, model))
+        identity(obj, None, out, self._identity_seen)
 
     def _choice(self, choice: dict[str, Any], whole: bool, out: list[Any]) -> None:
         c = choice.get("index")
@@ -377,7 +387,7 @@ class OpenAIChatAdapter(AdapterBase):
         raw_reason = choice.get("finish_reason")
         reason = text(raw_reason)
         if reason is not None:
-            out.append(StopEvent(None, STOP_REASONS.get(reason, reason), reason))
+            out.append(StopEvent(None, STOP_REASONS.get(reason, reason), reason, c))
         elif raw_reason is not None and not isinstance(raw_reason, str):
             out.append(Violation(V.INVALID_EVENT, None, f"finish_reason is not a string: {raw_reason!r:.40}"))
 

@@ -31,17 +31,19 @@ from typing import Any
 
 from observer.conversation import CanonicalMessage, call, content_parts, result
 from observer.dialects._openai_common import (
+    RESPONSES_USAGE,
     SequenceCheck,
     arguments,
     call_id,
     error_event,
+    identity,
     read_envelope,
     reduce_binary,
     text,
-    usage_event,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
 from observer.dialects.toolkit import INT64_MAX, is_int, load_object, not_llm_request, read_tools
+from observer.dialects.usage import read_usage
 from observer.events import (
     CanonicalEvent,
     ContentDelta,
@@ -179,10 +181,16 @@ class OpenAIResponsesAdapter(AdapterBase):
       deltas (``function_call_arguments.delta``, ``custom_tool_call_input.delta``) keyed by
       ``item_id``. Custom tool input is free text, recorded as sent.
     - ``.done`` events, ``response.output_item.done`` and the terminal ``response.output`` only
-      fill what no delta carried (a block or call with no deltas at all).
+      fill what no delta carried (a block or call with no deltas at all). An
+      ``output_item.done`` for an item that nothing before named (no ``output_item.added``, no
+      text or argument event at its ``output_index``, else item ``id``) is
+      ``block_not_started``; its content is still filled in.
     - Terminal events ``response.completed`` / ``incomplete`` / ``failed``: ``StopEvent``
       (module table) or ``ErrorEvent`` (``response.error``), ``UsageEvent`` from
-      ``response.usage`` (``input_tokens``, ``output_tokens``), then ``StreamEnd``.
+      ``response.usage`` (``_openai_common.RESPONSES_USAGE``: input, output, cached, reasoning,
+      total, details), then ``StreamEnd``. Every ``response`` snapshot's ``id`` (``resp_…``),
+      ``service_tier`` and ``system_fingerprint`` -> ``ResponseIdentity`` (the final one's tier
+      is the tier that served).
     - ``error`` event: ``ErrorEvent`` (code = ``code`` else ``type``; top-level or nested under
       ``error``); not terminal: without a terminal event the stream lacks its end.
     """
@@ -195,6 +203,7 @@ class OpenAIResponsesAdapter(AdapterBase):
         self._filled: set[tuple[str, Any, Any]] = set()
         self._calls: dict[str, _Call] = {}
         self._call_at: dict[int, str] = {}  # output_index -> call key
+        self._added: set[Any] = set()  # output_index (else item id) of each output_item.added
         self._tool_use = False
         # The fast lane's memory of the last text delta's block: its ``output_index`` (a valid
         # int) and ``content_index`` as sent, and the block index they map to (a delta with
@@ -356,6 +365,7 @@ class OpenAIResponsesAdapter(AdapterBase):
         elif model is not None and model != self._model:
             self._model = model
             out.append(ModelEvent(seq, model))
+        identity(response, seq, out)
 
     def _delta(self, obj: dict[str, Any], seq: int | None, spec: tuple[str, str, str], out: list[Any]) -> None:
         family, sub, block_type = spec
@@ -386,13 +396,27 @@ class OpenAIResponsesAdapter(AdapterBase):
 
     def _on_item_added(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
         item = obj.get("item")
+        self._added.add(_item_key(obj, item))
         if isinstance(item, dict) and text(item.get("type")) in _CALL_ITEMS:
             self._open_call(item, _index(obj.get("output_index")), seq, out)
 
     def _on_item_done(self, obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
         item = obj.get("item")
+        key = _item_key(obj, item)
+        if key not in self._added and not self._named(key):
+            what = f"output_index {key}" if isinstance(key, int) else f"item {key!r:.80}"
+            detail = f"response.output_item.done for {what}, which no output_item.added or earlier event named"
+            out.append(Violation(V.BLOCK_NOT_STARTED, seq, detail))
         if isinstance(item, dict):
             self._item(item, _index(obj.get("output_index")), seq, out)
+
+    def _named(self, key: Any) -> bool:
+        """True when an earlier event named output item ``key`` (an ``output_index``, else an
+        item id): a call opened there, or a block of its text (O(blocks): ``output_item.done``
+        only)."""
+        if key in self._call_at or key in self._calls:
+            return True
+        return any(block[1] == key for block in self._blocks)
 
     def _item(self, item: dict[str, Any], index: int | None, seq: int | None, out: list[Any]) -> None:
         """Fills whatever of a complete output item no delta carried."""
@@ -495,9 +519,7 @@ class OpenAIResponsesAdapter(AdapterBase):
             out.append(StopEvent(seq, "tool_use" if self._tool_use else "end_turn", "completed"))
         elif status == "cancelled":
             out.append(StopEvent(seq, status, status))
-        usage = response.get("usage")
-        if isinstance(usage, dict):
-            usage_event(usage, "input_tokens", "output_tokens", seq, out)
+        read_usage(response.get("usage"), RESPONSES_USAGE, seq, out)
         out.append(StreamEnd(seq))
 
 
@@ -519,6 +541,15 @@ def _history_item(item: Any) -> CanonicalMessage | None:
 
 def _index(v: Any) -> int | None:
     return v if is_int(v) and v >= 0 else None
+
+
+def _item_key(obj: dict[str, Any], item: Any) -> Any:
+    """What names an output item in ``output_item.added``/``.done``: its ``output_index``, else
+    its string ``id``, else ``None`` (an item that names itself nowhere)."""
+    index = _index(obj.get("output_index"))
+    if index is not None:
+        return index
+    return text(item.get("id")) if isinstance(item, dict) else None
 
 
 def _scalar(v: Any) -> bool:

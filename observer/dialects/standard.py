@@ -6,6 +6,16 @@ Source: Internet-Draft "A Standard Wire Format for LLM Inference Streaming" — 
 types, §5.4 lifecycle, §8.3 extensions not interpreted, §8.4 sequence exhaustion, §9.1 media
 type parameters.
 
+Extensions (§4.7 ``vendor:name`` keys; §8.3 says other readers need not interpret them) are
+ignored but for the observer's own, which its replay in the standard format writes
+(``observer.standard_replay``), so that a replayed exchange reads back as recorded:
+``llm-stream-observer:block_type`` on ``content.delta`` (``reasoning``, ``refusal``: the block's
+type), ``llm-stream-observer:stop_reason_raw`` on ``content.stop`` (the vendor's stop reason),
+``llm-stream-observer:response_id`` / ``system_fingerprint`` / ``service_tier`` on
+``stream.start`` and ``llm-stream-observer:cache_read_input_tokens`` /
+``cache_creation_input_tokens`` / ``reasoning_output_tokens`` / ``total_tokens`` /
+``usage_details`` on ``usage``. A value of the wrong type is ignored like any unknown field.
+
 Conversation linking (``observer.conversation``) uses the defaults of ``DialectBase``: messages
 ``{"role", "content"}`` with string or typed-part content (text parts joined, binary parts by
 type and ``data_bytes``), tool calls and results read OpenAI-style (``tool_calls``,
@@ -33,6 +43,7 @@ from observer.events import (
     ContentDelta,
     ContentStop,
     ErrorEvent,
+    ResponseIdentity,
     StreamEnd,
     StreamStart,
     ToolCallEvent,
@@ -151,7 +162,9 @@ class StandardAdapter(AdapterBase):
     """Per-stream mapping of ``llm-stream-1.0`` SSE events onto canonical events, checking the
     envelope and lifecycle (draft §5.2-§5.4): ``seq`` gaps and repeats, the first event being
     ``stream.start`` with seq 0, the JSON ``type`` matching the SSE ``event`` field, the ``v``
-    version, seq beyond 2^53. Unknown fields and unknown event types are ignored (§5.2)."""
+    version, seq beyond 2^53, a ``content.stop`` for an index that no ``content.delta`` or
+    ``tool.call`` opened (``block_not_started``, §5.4 rule 5; its stop reason is still recorded).
+    Unknown fields and unknown event types are ignored (§5.2)."""
 
     def __init__(self) -> None:
         self._first = True
@@ -160,6 +173,10 @@ class StandardAdapter(AdapterBase):
         self._skipped = 0  # events lost to invalid JSON since the last good seq
         self._bad_versions: set[str] = set()
         self._exhausted = False
+        # Block indexes a content.delta or tool.call opened; the fast lane's last one (its
+        # deltas add to the set only when the index changes).
+        self._opened: set[int] = set()
+        self._delta_index = -1
 
     def on_lost(self) -> None:
         self._skipped += 1
@@ -201,6 +218,10 @@ class StandardAdapter(AdapterBase):
             out.append(Violation(V.INVALID_EVENT, seq, detail))
         if etype == "stream.start":
             self._started = True
+        elif etype in _OPENS:
+            self._open(obj, etype)
+        elif etype == "content.stop":
+            self._check_stop(obj, seq, out)
         mapper = _MAPPERS.get(etype) if etype else None
         if mapper is not None:
             mapper(obj, seq, out)
@@ -215,7 +236,7 @@ class StandardAdapter(AdapterBase):
         if event != b"content.delta" or obj.__class__ is not dict or self._first:
             return False
         get = obj.get
-        if get("type") != "content.delta" or get("v") != SUPPORTED_VERSION:
+        if get("type") != "content.delta" or get("v") != SUPPORTED_VERSION or "extensions" in obj:
             return False
         seq = get("seq")
         last = self._last_seq
@@ -232,8 +253,29 @@ class StandardAdapter(AdapterBase):
             return False
         self._last_seq = seq
         self._skipped = 0
+        if index != self._delta_index:
+            self._delta_index = index
+            self._opened.add(index)
         sink.text(index, "text", text, now_s)
         return True
+
+    def _open(self, obj: dict[str, Any], etype: str) -> None:
+        """Notes the block index a ``content.delta`` (an invalid index reads as 0, as its mapper
+        reads it) or ``tool.call`` (a valid index only) opens."""
+        index = obj.get("index")
+        if is_int(index) and index >= 0:
+            self._opened.add(index)
+        elif etype == "content.delta":
+            self._opened.add(0)
+
+    def _check_stop(self, obj: dict[str, Any], seq: int | None, out: list[CanonicalEvent | Violation]) -> None:
+        """``block_not_started`` for a ``content.stop`` whose index (0 when invalid, as its mapper
+        reads it) no ``content.delta`` or ``tool.call`` opened."""
+        index = obj.get("index")
+        index = index if is_int(index) and index >= 0 else 0
+        if index not in self._opened:
+            detail = f"content.stop for index {index}, which no content.delta or tool.call opened: its stop_reason kept"
+            out.append(Violation(V.BLOCK_NOT_STARTED, seq, detail))
 
     def _check_seq(self, obj: dict[str, Any], out: list[CanonicalEvent | Violation]) -> int | None:
         seq = obj.get("seq")
@@ -280,9 +322,24 @@ def _int(obj: dict[str, Any], key: str, seq: int | None, out: list[Any], default
     return default
 
 
+OWN = "llm-stream-observer:"  # the observer's extension keys (module docstring)
+BLOCK_TYPES = frozenset({"text", "reasoning", "refusal"})
+USAGE_COUNTS = ("cache_read_input_tokens", "cache_creation_input_tokens", "reasoning_output_tokens", "total_tokens")
+
+
+def _own(obj: dict[str, Any], name: str) -> Any:
+    """The value of the observer's extension ``name`` on event ``obj`` (``None`` without one)."""
+    extensions = obj.get("extensions")
+    return extensions.get(OWN + name) if isinstance(extensions, dict) else None
+
+
 def _stream_start(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
     model = _str(obj, "model", seq, out)
     out.append(StreamStart(seq, model, _str(obj, "request_id", seq, out, required=False)))
+    identity = [_own(obj, k) for k in ("response_id", "system_fingerprint", "service_tier")]
+    identity = [v if isinstance(v, str) else None for v in identity]
+    if any(identity):
+        out.append(ResponseIdentity(seq, *identity))
 
 
 def _content_delta(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
@@ -292,13 +349,15 @@ def _content_delta(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None
     if not isinstance(text, str):
         out.append(Violation(V.INVALID_EVENT, seq, "content.delta: delta.text is not a string"))
         return
-    out.append(ContentDelta(seq, index or 0, text))
+    block_type = _own(obj, "block_type")
+    out.append(ContentDelta(seq, index or 0, text, block_type if block_type in BLOCK_TYPES else "text"))
 
 
 def _content_stop(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
     index = _int(obj, "index", seq, out, 0)
     reason = _str(obj, "stop_reason", seq, out)
-    out.append(ContentStop(seq, index or 0, reason, reason))
+    raw = _own(obj, "stop_reason_raw")
+    out.append(ContentStop(seq, index or 0, reason, raw if isinstance(raw, str) else reason))
 
 
 def _tool_call(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
@@ -311,7 +370,22 @@ def _tool_call(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
 
 
 def _usage(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
-    out.append(UsageEvent(seq, _int(obj, "input_tokens", seq, out, None), _int(obj, "output_tokens", seq, out, None)))
+    counts = [_own(obj, k) for k in USAGE_COUNTS]
+    details = _own(obj, "usage_details")
+    pairs: list[tuple[str, str, int]] = []
+    if isinstance(details, dict):
+        for group, names in details.items():
+            if isinstance(names, dict):
+                pairs.extend((group, name, v) for name, v in names.items() if is_int(v) and v >= 0)
+    out.append(
+        UsageEvent(
+            seq,
+            _int(obj, "input_tokens", seq, out, None),
+            _int(obj, "output_tokens", seq, out, None),
+            *(c if is_int(c) and c >= 0 else None for c in counts),
+            details=tuple(pairs),
+        )
+    )
 
 
 def _error(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
@@ -321,6 +395,9 @@ def _error(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
 def _stream_end(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
     out.append(StreamEnd(seq, _str(obj, "request_id", seq, out, required=False)))
 
+
+#: Event types that open a content block at their ``index`` (draft §5.3).
+_OPENS = frozenset({"content.delta", "tool.call"})
 
 _MAPPERS = {
     "stream.start": _stream_start,

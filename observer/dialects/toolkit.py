@@ -41,7 +41,9 @@ def count(v: Any) -> int | None:
 def load_object(data: str | bytes, out: list[Any], what: str, not_object: str | None = None) -> dict[str, Any] | None:
     """The JSON object in an event's ``data``; on failure ``None`` and a violation appended to
     ``out``: ``invalid_json`` (``"{what}: {error}"``) or ``invalid_event`` (``not_object``,
-    by default ``"{what}: data is not a JSON object"``)."""
+    by default ``"{what}: data is not a JSON object"``). Lone UTF-16 surrogates are not
+    recovered here: the text ``observer.tap`` hands a dialect has had them replaced already, once
+    for every dialect (``observer.wire.frames.text_message``, ``lone_surrogate``)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -10,8 +10,13 @@ part); for the legacy stream ``packages/ui-utils/src/data-stream-parts.ts`` (the
 line parts and their value shapes); vendor-wire-formats §7.
 
 Recognition is by RESPONSE header only (``matches_response``): the request is app-defined
-(typically ``POST /api/chat`` with ``{id, messages:[{id, role, parts}], trigger, messageId}``),
-so the request alone never shows the dialect.
+(typically ``POST /api/chat`` with ``{id, messages:[{id, role, parts}], trigger, messageId}``,
+but any route: ``DefaultChatTransport({api: "/api/assistant"})``), so the request alone never
+shows the dialect. Its body is therefore kept on the side while it streams on
+(``may_match_response``: which requests, ``observer.capture.held``: how), until the response
+headers decide. The app declares its tools on its server (``streamText({tools})``), never in
+the UI request, so whether a tool call was declared is unknown (``declares_tools = False``:
+``declared`` is ``null``, no ``undeclared_tool``).
 
 - ``x-vercel-ai-ui-message-stream: v1``: SSE, every event ``data: {"type": ...}``, ending with
   ``data: [DONE]`` (framing ``sse`` for ``text/event-stream``).
@@ -68,6 +73,9 @@ ABORT = "abort"  # stop reason recorded for an `abort` part (canonical and raw)
 # (observer.limits), so the adapter's memory stays bounded on a hostile stream of fresh ids.
 MAX_TRACKED_IDS = 10_000
 
+# Request media types whose body is kept until the response headers decide (``may_match_response``).
+HELD_MEDIA_TYPES = frozenset({"application/json", "text/plain", ""})
+
 _DATA_URL = re.compile(r"data:[^,]*;base64,", re.IGNORECASE)
 
 V = ViolationKind
@@ -75,12 +83,27 @@ V = ViolationKind
 
 class VercelUIDialect(DialectBase):
     """The AI SDK UI message stream (v5, SSE) and the legacy data stream (v4, lines), recognised
-    by their ``v1`` response header; never by the request (``matches`` is always false)."""
+    by their ``v1`` response header; never by the request (``matches`` is always false).
+    ``declares_tools``: False, the UI request never declares the app's tools (module docstring)."""
 
     name = "vercel.ui"
+    declares_tools = False
 
     def matches(self, request: RequestView) -> bool:
         return False
+
+    def may_match_response(self, request: RequestView) -> bool:
+        """True for a request whose body is worth keeping until its response headers say
+        whether it is an AI SDK stream: a ``POST`` whose media type is JSON
+        (``application/json`` or ``*+json``: ``DefaultChatTransport``, ``useCompletion``, v4
+        ``useChat``), ``text/plain`` (``fetch`` with a string body and no ``Content-Type``)
+        or absent. Cheap: method and headers only. (Source: vercel/ai
+        ``packages/ai/src/ui/http-chat-transport.ts``, which POSTs
+        ``JSON.stringify({id, messages, trigger, messageId, ...body})`` with
+        ``Content-Type: application/json``; the route is the app's ``api`` option.)"""
+        if request.method.upper() != "POST":
+            return False
+        return any(t in HELD_MEDIA_TYPES or t.endswith("+json") for t in request.media_types or [""])
 
     def matches_response(self, request: RequestView, response_headers: Mapping[str, str]) -> bool:
         """True when either AI SDK stream header says ``v1`` (case and surrounding spaces ignored)."""
@@ -132,7 +155,8 @@ def parse_ui_request(body: bytes) -> RequestFacts:
     ``experimental_attachments`` reduced to ``data_bytes``; a ``useCompletion`` ``prompt``
     string as one user message; ``id`` (chat id), ``trigger`` and ``messageId`` into
     ``metadata``. ``model`` stays ``None`` and ``tools`` empty: the UI request names neither
-    (tools live on the server), so every tool call of the response is ``undeclared_tool``.
+    (tools live on the server), so each tool call's ``declared`` is unknown (``null``, never
+    ``undeclared_tool``: ``VercelUIDialect.declares_tools``).
     """
     facts = RequestFacts(body_bytes=len(body), stream=True)
     try:

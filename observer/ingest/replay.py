@@ -36,6 +36,7 @@ from mitmproxy.flow import Error
 
 from observer.capture.hooks import METADATA_KEY, LLMAudit
 from observer.config import Settings, proxy_option_values
+from observer.identity import FingerprintKey
 from observer.records import Exchange, utc_from_epoch
 
 #: Bytes of a saved body handed to the stream callable at a time.
@@ -64,10 +65,11 @@ class FlowResult:
 
 class Replay:
     """One addon for many flows (``run``); ``close`` ends it. ``settings``: the proxy settings
-    the addon runs with. Raises ``mitmproxy.exceptions.OptionsError`` when the addon refuses a
+    the addon runs with; ``fingerprint_key``: the proxy's (``observer.identity``), for the
+    records' ``key_fingerprint`` (``None``: none). Raises ``mitmproxy.exceptions.OptionsError`` when the addon refuses a
     setting (as ``mitmdump`` would at start), ``RuntimeError`` inside a running event loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, fingerprint_key: FingerprintKey | None = None) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -75,7 +77,7 @@ class Replay:
         else:
             raise RuntimeError("a replay runs outside an event loop (the addon would defer its records)")
         self._records: list[Exchange] = []
-        self.addon = LLMAudit(sink=self._sink, worker=False)
+        self.addon = LLMAudit(sink=self._sink, worker=False, fingerprint_key=fingerprint_key)
         # A loop is what a Master needs to exist; it never runs: the hooks see no running loop.
         self._loop = asyncio.new_event_loop()
         try:
@@ -103,9 +105,10 @@ class Replay:
         missing: Fate | None = None
         addon.requestheaders(flow)
         observed = METADATA_KEY in flow.metadata
-        if callable(flow.request.stream):  # an upload of undeclared size: the addon keeps a copy
+        body_lacking = False  # the addon streams the upload (keeping a copy) and the file lacks it
+        if callable(flow.request.stream):  # an upload of undeclared size, or one held until the response decides
             if request_body is None:
-                missing = Fate.NO_REQUEST_BODY
+                body_lacking = True
             else:
                 _feed(flow.request.stream, request_body)
         elif observed and flow.request.stream is False and request_body is None:
@@ -124,7 +127,9 @@ class Replay:
                 else:
                     _feed(response.stream, body)
             observed = observed or METADATA_KEY in flow.metadata
-        elif error is None and observed:
+        if body_lacking and observed:  # only once the flow is observed (a held body's response decides)
+            missing = Fate.NO_REQUEST_BODY  # before the others, as the file lacks the first thing read
+        if response is None and error is None and observed:
             missing = missing or Fate.NO_RESPONSE
             error = Error("the capture holds no response for this flow")
         if error is not None:

@@ -192,7 +192,7 @@ def _is_socket(registry: DialectRegistry, name: str) -> bool:
 def _socket_turn(o: _Open, spec: ResponseSpec, exchange: Exchange) -> ResponseFacts:
     """The facts of a WebSocket turn left open: its journaled events replayed (module docstring)."""
     request = exchange.request
-    r = Reassembler(request.tool_names, request.request_id, limits=spec.limits)
+    r = Reassembler(spec.tool_names, request.request_id, limits=spec.limits)
     last_s = spec.started_at_s
     for e in o.data:
         try:

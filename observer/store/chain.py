@@ -22,9 +22,10 @@ A record's object is its ``Exchange.to_dict()`` without the derived keys (``text
 commits to a digest of the content, not the content, so content can later be encrypted or
 erased (crypto-shredding) and the chain still verifies against the digest kept. A string's
 digest is over its UTF-8 bytes; a list's or object's over its canonical JSON. A key added to the
-record after records were chained (``ADDED_KEYS``: ``provenance``) is committed only when it is
-not null, so a record stored before it existed hashes as it did then (and a live record's
-``"provenance": null`` is not committed).
+record after records were chained (``ADDED_KEYS``: ``provenance``, the sender and response identity,
+``choices``, the usage details) is committed only when it holds something (not null, not an
+empty list or object), so a record stored before it existed hashes as it did then (and a live
+record's ``"provenance": null`` is not committed).
 
 A gap's object is its row (``seq``, ``seq_end``, ``first_at``, ``last_at``, ``dropped``,
 ``reason``, ``detail``) with ``"kind": "gap"`` and ``"writer_id"``.
@@ -51,14 +52,34 @@ from observer.shape import rfc3339
 DOMAIN = b"llm-audit/v1\x00"
 GENESIS = bytes(32)
 #: Derived keys of ``Exchange.to_dict()``: computed from other fields, not committed twice.
-DERIVED_KEYS = ("text", "request_model")
-#: Keys added to ``Exchange`` after records were chained: left out of the committed object when null.
-ADDED_KEYS = ("provenance",)
+DERIVED_KEYS = ("text", "reasoning", "request_model")
+#: Keys added to ``Exchange`` (a top-level key, or ``usage.<key>``) after records were chained:
+#: left out of the committed object when empty (``None``, ``[]``, ``{}``). Every field with
+#: ``observer.shape.ADDED`` metadata is here (tests/unit/test_chain.py checks it).
+ADDED_KEYS = (
+    "client_address",
+    "proxy_user",
+    "key_fingerprint",
+    "provenance",
+    "response_id",
+    "system_fingerprint",
+    "service_tier",
+    "choices",
+    "usage.cache_read_input_tokens",
+    "usage.cache_creation_input_tokens",
+    "usage.reasoning_output_tokens",
+    "usage.total_tokens",
+    "usage.details",
+    "request_last_event_id",
+    "last_event_id",
+)
+_EMPTY: tuple[Any, ...] = (None, [], {})
 #: Content fields, committed by digest: (path in the record's dict, where ``[]`` is every item).
 CONTENT_FIELDS = (
     ("request", "messages"),
     ("request", "tools"),
     ("blocks", "[]", "text"),
+    ("choices", "[]", "text"),
     ("tool_calls", "[]", "arguments"),
     ("response_body",),
     ("error", "message"),
@@ -96,9 +117,13 @@ def committed_record(record: Mapping[str, Any], writer_id: str, seq: int) -> dic
     """The object a record's hash commits to (``CONTENT_FIELDS`` as digests, null
     ``ADDED_KEYS`` left out; the caller's dicts are not changed)."""
     obj: dict[str, Any] = {k: v for k, v in record.items() if k not in DERIVED_KEYS}
-    for key in ADDED_KEYS:
-        if obj.get(key) is None:
-            obj.pop(key, None)
+    for path in ADDED_KEYS:
+        head, _, key = path.partition(".")
+        if not key:
+            if obj.get(head) in _EMPTY:
+                obj.pop(head, None)
+        elif isinstance(obj.get(head), dict) and obj[head].get(key) in _EMPTY:
+            obj[head] = {k: v for k, v in obj[head].items() if k != key}
     request = obj.get("request")
     if isinstance(request, dict):
         request = dict(request)
@@ -107,6 +132,8 @@ def committed_record(record: Mapping[str, Any], writer_id: str, seq: int) -> dic
                 request[key] = digest(request[key])
         obj["request"] = request
     obj["blocks"] = _digests(obj.get("blocks"), "text")
+    if "choices" in obj:
+        obj["choices"] = _digests(obj["choices"], "text")
     obj["tool_calls"] = _digests(obj.get("tool_calls"), "arguments")
     if obj.get("response_body") is not None:
         obj["response_body"] = digest(obj["response_body"])

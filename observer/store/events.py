@@ -16,7 +16,9 @@ Event kinds and their ``detail``:
   before the chain removed), ``held`` (due records kept for a hold), ``runs`` (count),
   ``runs_sha256`` (``chain.runs_digest`` of the ``purged_runs`` rows of this event);
 - ``token_created``: ``token_id``, ``name``, ``role``, ``token_sha256``; ``token_revoked``: ``token_id``, ``name``
-  (``observer.store.tokens``).
+  (``observer.store.tokens``);
+- ``key_owner_set``: ``fingerprint``, ``owner``, ``team``, ``note``, ``replaced`` (the previous
+  ``{owner, team}`` or null) (``observer.store.keyowners``).
 
 Commands that append take ``lock`` first, so they run one after the other; should two still
 append at once they collide on ``seq`` (the primary key): the later one fails whole with
@@ -37,7 +39,7 @@ from observer.store.chain import GENESIS, canonical_event, chain_hash
 from observer.store.checkpoint import ZERO_HASH, CheckpointKey, make_checkpoint, note_hash
 from observer.store.models import CheckpointRow, StoreEventRow, StoreMetaRow
 
-KINDS = ("hold_created", "hold_released", "purge", "token_created", "token_revoked")
+KINDS = ("hold_created", "hold_released", "purge", "token_created", "token_revoked", "key_owner_set")
 
 
 class ConcurrentChange(ObserverError):

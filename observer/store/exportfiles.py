@@ -23,7 +23,9 @@ Formats (``FORMATS``):
   ``csv_line``), UTF-8. One flat row per
   record: the summary's scalars, the text, and the nested parts (``request``, ``blocks``,
   ``tool_calls``, ``violations``, ``error``, ``provenance``: where an offline-ingested record
-  came from, ``null`` for one observed live) as JSON text. An empty cell is ``null`` (or an empty
+  came from, ``null`` for one observed live; ``usage_details``, ``choices``) as JSON text; since
+  format v3 also the response identity, the cache / reasoning / total token counts and the
+  joined ``reasoning`` text. An empty cell is ``null`` (or an empty
   string: CSV cannot tell them apart; the JSON cells can), booleans ``true``/``false``. Tabular
   formats get one schema per file, hence the separate gaps file.
 - ``parquet`` (needs ``pyarrow``: the ``parquet`` extra): ``exchanges.parquet`` and
@@ -92,13 +94,25 @@ RECORD_COLUMNS = (
     "tool_calls",
     "violations",
     "provenance",
+    "response_id",
+    "system_fingerprint",
+    "service_tier",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_output_tokens",
+    "total_tokens",
+    "usage_details",
+    "choices",
+    "reasoning",
 )
+#: The record columns of exports in format v2 (before the usage details and response identity).
+RECORD_COLUMNS_V2 = RECORD_COLUMNS[: RECORD_COLUMNS.index("provenance") + 1]
 #: The record columns of exports in format v1 (before ``provenance``), still verifiable.
-RECORD_COLUMNS_V1 = RECORD_COLUMNS[:-1]
+RECORD_COLUMNS_V1 = RECORD_COLUMNS_V2[:-1]
 #: The record columns holding JSON text (``provenance``: ``null`` for a record observed live).
-JSON_COLUMNS = ("error", "request", "blocks", "tool_calls", "violations", "provenance")
+JSON_COLUMNS = ("error", "request", "blocks", "tool_calls", "violations", "provenance", "usage_details", "choices")
 #: Parquet columns written without min/max statistics (long text).
-UNSTATED_COLUMNS = ("text", "response_body", "transport_error", *JSON_COLUMNS)
+UNSTATED_COLUMNS = ("text", "response_body", "transport_error", "reasoning", *JSON_COLUMNS)
 #: Arrow bytes of pages gathered into one Parquet row group.
 ROW_GROUP_BYTES = 64 << 20
 #: ``gaps.csv`` / ``gaps.parquet`` columns, in order.
@@ -307,6 +321,16 @@ def record_row(item: dict[str, Any]) -> list[Any]:
         dumps(item["tool_calls"]).decode(),
         dumps(item["violations"]).decode(),
         dumps(item.get("provenance")).decode(),
+        item["response_id"],
+        item["system_fingerprint"],
+        item["service_tier"],
+        usage["cache_read_input_tokens"],
+        usage["cache_creation_input_tokens"],
+        usage["reasoning_output_tokens"],
+        usage["total_tokens"],
+        dumps(usage["details"]).decode(),
+        dumps(item["choices"]).decode(),
+        item["reasoning"],
     ]
 
 
@@ -389,6 +413,10 @@ def _schemas() -> tuple[Any, Any]:
         "input_tokens": pa.int64(),
         "output_tokens": pa.int64(),
         "usage_reported": pa.bool_(),
+        "cache_read_input_tokens": pa.int64(),
+        "cache_creation_input_tokens": pa.int64(),
+        "reasoning_output_tokens": pa.int64(),
+        "total_tokens": pa.int64(),
         "response_bytes": pa.int64(),
         "events": pa.int64(),
         "seq_end": pa.int64(),
@@ -487,6 +515,7 @@ __all__ = [
     "JSON_COLUMNS",
     "RECORD_COLUMNS",
     "RECORD_COLUMNS_V1",
+    "RECORD_COLUMNS_V2",
     "CsvWriter",
     "FileEntry",
     "csv_field",

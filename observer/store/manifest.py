@@ -3,8 +3,9 @@ offline check (``verify_export``): no database, no SQLAlchemy (a test checks tha
 
 ``manifest.json`` (written by ``observer.store.export``; UTF-8 JSON, two-space indent)::
 
-    {"format": "llm-stream-observer export v2" (v1: before CSV and Parquet had the
-     ``provenance`` column; still verified), "created_at": RFC 3339 UTC, "store_id": ...,
+    {"format": "llm-stream-observer export v3" (v2: before CSV and Parquet had the usage
+     details, the response identity and ``reasoning``; v1: before ``provenance``; both still
+     verified), "created_at": RFC 3339 UTC, "store_id": ...,
      "file_format": "jsonl" | "csv" | "parquet",
      "filters": {"since", "until" (RFC 3339 or null), "model", "host", "user", "dialect",
                  "outcome", "writer" (lists: empty = any)},
@@ -63,12 +64,23 @@ from observer.store.chain import (
     purges_not_matching_runs,
 )
 from observer.store.checkpoint import CheckpointKey, check_checkpoint, key_id, load_public_key
-from observer.store.exportfiles import GAP_COLUMNS, RECORD_COLUMNS, RECORD_COLUMNS_V1, parquet_available
+from observer.store.exportfiles import (
+    GAP_COLUMNS,
+    RECORD_COLUMNS,
+    RECORD_COLUMNS_V1,
+    RECORD_COLUMNS_V2,
+    parquet_available,
+)
 
-#: The format of the exports made now: v2 added the ``provenance`` column to CSV and Parquet.
-FORMAT = "llm-stream-observer export v2"
+#: The format of the exports made now: v2 added the ``provenance`` column to CSV and Parquet,
+#: v3 the response identity, the usage details and ``reasoning`` (issue 16).
+FORMAT = "llm-stream-observer export v3"
 #: The formats ``verify_export`` reads, with their record columns (CSV, Parquet).
-READABLE = {FORMAT: RECORD_COLUMNS, "llm-stream-observer export v1": RECORD_COLUMNS_V1}
+READABLE = {
+    FORMAT: RECORD_COLUMNS,
+    "llm-stream-observer export v2": RECORD_COLUMNS_V2,
+    "llm-stream-observer export v1": RECORD_COLUMNS_V1,
+}
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 #: A listed file this much bigger than the manifest says is refused without reading it.

@@ -108,7 +108,18 @@ BigCount = Annotated[int, mapped_column(BigInteger)]
 
 
 #: Columns filtered by equality whose index is (column, started_at, id): the API's list order.
-FILTER_INDEXED = ("host", "end_user", "model", "request_model", "dialect", "outcome", "stop_reason", "conversation_id")
+FILTER_INDEXED = (
+    "host",
+    "end_user",
+    "model",
+    "request_model",
+    "dialect",
+    "outcome",
+    "stop_reason",
+    "conversation_id",
+    "proxy_user",
+    "key_fingerprint",
+)
 #: What ``stats`` sums (``observer.store.query.stats``), held in the indexes it reads.
 STATS_SUMMED = ("input_tokens", "output_tokens", "usage_reported")
 #: The UTC day of ``started_at`` on SQLite (its text form starts ``YYYY-MM-DD``), spelled exactly
@@ -160,6 +171,7 @@ class ExchangeRow(Base):
         Index("ix_exchanges_day", text(SQLITE_DAY), *STATS_SUMMED).ddl_if(dialect="sqlite"),
         Index("ix_exchanges_request_id", "request_id"),
         Index("ix_exchanges_continuation_hash", "continuation_hash"),
+        Index("ix_exchanges_last_event_id", "last_event_id"),
         # recorded_after: the order records were stored in (observer.store.stored).
         Index("ix_exchanges_stored_seq_id", "stored_seq", "id"),
         {
@@ -176,6 +188,13 @@ class ExchangeRow(Base):
     path: Mapped[str] = mapped_column(comment="url.path")
     method: Mapped[str] = mapped_column(comment="http.request.method")
     http_version: Mapped[str] = mapped_column(comment="network.protocol.version")
+    client_address: Mapped[str | None] = mapped_column(
+        comment="client.address as the proxy saw it, or its keyed pseudonym (setting client_address)"
+    )
+    proxy_user: Mapped[str | None] = mapped_column(comment="The user the proxy authenticated (proxyauth)")
+    key_fingerprint: Mapped[str | None] = mapped_column(
+        String(64), comment="hmac-sha256 fingerprint of the request's API credential (observer.identity)"
+    )
     status_code: Mapped[int | None] = mapped_column(comment="http.response.status_code")
     started_at: Mapped[datetime] = mapped_column(
         primary_key=True, comment="Request start (UTC); the partition key on PostgreSQL"
@@ -188,8 +207,27 @@ class ExchangeRow(Base):
     request_model: Mapped[str | None] = mapped_column(comment="gen_ai.request.model")
     end_user: Mapped[str | None] = mapped_column(comment="enduser.id (as the request carried it)")
     model: Mapped[str | None] = mapped_column(comment="gen_ai.response.model")
+    response_id: Mapped[str | None] = mapped_column(comment="gen_ai.response.id (the vendor's response/message id)")
+    system_fingerprint: Mapped[str | None] = mapped_column(comment="openai.response.system_fingerprint")
+    service_tier: Mapped[str | None] = mapped_column(comment="openai.response.service_tier (the tier that served it)")
+    choices: Mapped[list[dict[str, Any]] | None] = mapped_column(
+        NullableJSON, comment="Per-choice results when the response had several (n > 1); null: one answer"
+    )
     input_tokens: Mapped[BigCount | None] = mapped_column(comment="gen_ai.usage.input_tokens")
     output_tokens: Mapped[BigCount | None] = mapped_column(comment="gen_ai.usage.output_tokens")
+    cache_read_input_tokens: Mapped[BigCount | None] = mapped_column(
+        comment="gen_ai.usage.cache_read.input_tokens (null: not reported)"
+    )
+    cache_creation_input_tokens: Mapped[BigCount | None] = mapped_column(
+        comment="gen_ai.usage.cache_creation.input_tokens (null: not reported)"
+    )
+    reasoning_output_tokens: Mapped[BigCount | None] = mapped_column(
+        comment="Output tokens spent on reasoning (null: not reported)"
+    )
+    total_tokens: Mapped[BigCount | None] = mapped_column(comment="Total tokens as the vendor sent it (null: not sent)")
+    usage_details: Mapped[dict[str, Any] | None] = mapped_column(
+        NullableJSON, comment="Other reported counts {group: {name: n}} (observer.records.Usage.details)"
+    )
     usage_reported: Mapped[bool] = mapped_column(comment="A usage event was seen (counts may be null)")
     text: Mapped[str] = mapped_column(comment="All text blocks joined in index order")
     stop_reason: Mapped[str | None] = mapped_column(comment="gen_ai.response.finish_reasons (normalised)")
@@ -221,6 +259,13 @@ class ExchangeRow(Base):
     )
     conversation_id: Mapped[RecordId | None] = mapped_column(
         comment="gen_ai.conversation.id: the first exchange of its conversation (derived, not chained)"
+    )
+    request_last_event_id: Mapped[str | None] = mapped_column(
+        comment="The request's Last-Event-ID header: a resumed event stream (WHATWG HTML 9.2)"
+    )
+    last_event_id: Mapped[str | None] = mapped_column(comment="The id of the response's last SSE event")
+    resumes_id: Mapped[RecordId | None] = mapped_column(
+        comment="The exchange this one resumes (its last_event_id = this Last-Event-ID; derived, not chained)"
     )
     continuation_hash: Mapped[str | None] = mapped_column(
         String(64), comment="Hash of the request's messages and this answer (observer.conversation)"
@@ -296,7 +341,9 @@ class ToolCallRow(ChildRow, Base):
     call_id: Mapped[str | None] = mapped_column(comment="gen_ai.tool.call.id")
     name: Mapped[str | None] = mapped_column(comment="gen_ai.tool.name")
     arguments: Mapped[str] = mapped_column(comment="gen_ai.tool.call.arguments, exactly as streamed")
-    declared: Mapped[bool] = mapped_column(comment="Name was among the request's declared tools")
+    declared: Mapped[bool | None] = mapped_column(
+        comment="Name was among the request's declared tools; null: the request cannot declare them (AI SDK UI)"
+    )
 
 
 class ViolationRow(ChildRow, Base):
@@ -451,6 +498,24 @@ class ApiTokenRow(Base):
     created_by: Mapped[str]
     revoked_at: Mapped[datetime | None]
     revoked_by: Mapped[str | None]
+
+
+class KeyOwnerRow(Base):
+    """Who holds an API credential (``observer.store.keyowners``): its keyed fingerprint
+    (``observer.identity``; never the credential), owner and team. Set by ``observer key-owner
+    add``; each change is an event of the store's chain (``key_owner_set``)."""
+
+    __tablename__ = "key_owners"
+    __table_args__ = {"comment": "API credential fingerprints and their owners; never the credentials."}
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True, comment="hmac-sha256:<32 hex>")
+    owner: Mapped[str] = mapped_column(comment="Person or service holding the credential")
+    team: Mapped[str | None] = mapped_column(comment="Team or cost centre")
+    note: Mapped[str | None]
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+    updated_at: Mapped[datetime | None] = mapped_column(comment="Last change of owner/team (--replace)")
+    updated_by: Mapped[str | None]
 
 
 class AccessLogRow(Base):

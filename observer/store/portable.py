@@ -93,14 +93,24 @@ def make_portable(record: Exchange) -> Exchange:
         "path",
         "method",
         "http_version",
+        "client_address",
+        "proxy_user",
+        "key_fingerprint",
+        "request_last_event_id",
+        "last_event_id",
         "request_id",
         "model",
+        "response_id",
+        "system_fingerprint",
+        "service_tier",
+        "choices",
         "stop_reason",
         "stop_reason_raw",
         "response_body",
         "transport_error",
     ):
         setattr(record, name, _clean(getattr(record, name), name, hits))
+    record.usage.details = _clean(record.usage.details, "usage.details", hits)
     for b in record.blocks:
         b.text = _clean(b.text, "blocks.text", hits)
         b.type = _clean(b.type, "blocks.type", hits)

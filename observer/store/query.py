@@ -44,6 +44,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from observer.shape import rfc3339
 from observer.store import search
+from observer.store.keyowners import fingerprints_of
 from observer.store.models import SQLITE_DAY, ExchangeRow, ToolCallRow, ViolationRow
 from observer.store.rows import SUMMARY_COLUMNS, summary_from_row
 from observer.store.store import CURSOR_MAX_CHARS, LIST_LIMIT_MAX, InvalidCursor, decode_cursor, encode_cursor
@@ -61,6 +62,8 @@ COLUMN_FILTERS = {
     "stop_reason": "stop_reason",
     "request_id": "request_id",
     "conversation_id": "conversation_id",
+    "proxy_user": "proxy_user",
+    "key_fingerprint": "key_fingerprint",
 }
 #: ``stats`` groupings: name -> what it groups by.
 GROUP_BY = ("model", "day", "user", "dialect", "host")
@@ -81,6 +84,9 @@ class Filters:
     stop_reason: str | None = None
     request_id: str | None = None
     conversation_id: str | None = None
+    proxy_user: str | None = None
+    key_fingerprint: str | None = None
+    key_owner: str | None = None  # an owner or team of key_owners: the records of its fingerprints
     tool: str | None = None
     violation: str | None = None
     q: str | None = None
@@ -137,6 +143,8 @@ def where(
         value = getattr(filters, name)
         if value is not None:
             conds.append(ex.c[column] == value)
+    if filters.key_owner is not None:
+        conds.append(ex.c.key_fingerprint.in_(fingerprints_of(conn, filters.key_owner)))
     for value, child, match in _children(filters):
         if child is walked:
             continue

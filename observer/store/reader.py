@@ -7,7 +7,7 @@ type processing, no ORM objects, no result rows: the cursor's tuples; a driver e
 SQLAlchemy's) in keyset pages of ``PAGE_ROWS`` records, the child rows of a page with one query
 per child table, and builds each record's ``Exchange.to_dict()`` shape directly from the row: the
 same values, keys and key order as ``AuditStore.get`` (the derived ``text`` and
-``request_model`` computed from the record, as ``get`` does, never read from their copied
+``request_model`` and ``reasoning`` computed from the record, as ``get`` does, never read from their copied
 columns; ``request`` with the keys and defaults of ``RequestFacts.from_dict``).
 ``tests/unit/test_export.py`` checks it against ``get``, as JSON bytes, for every fixture record.
 
@@ -73,6 +73,20 @@ _COLUMNS = (
     "response_bytes",
     "events",
     "provenance",
+    "client_address",
+    "proxy_user",
+    "key_fingerprint",
+    "response_id",
+    "system_fingerprint",
+    "service_tier",
+    "choices",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_output_tokens",
+    "total_tokens",
+    "usage_details",
+    "request_last_event_id",
+    "last_event_id",
     "writer_id",
     "seq",
     "record_hash",
@@ -325,7 +339,7 @@ class RecordReader:
                         "id": row[2],
                         "name": row[3],
                         "arguments": row[4],
-                        "declared": bool(row[5]),
+                        "declared": None if row[5] is None else bool(row[5]),
                     }
                 else:
                     item = {"kind": row[1], "seq": row[2], "detail": row[3]}
@@ -367,6 +381,20 @@ class RecordReader:
             response_bytes,
             events,
             provenance,
+            client_address,
+            proxy_user,
+            key_fingerprint,
+            response_id,
+            system_fingerprint,
+            service_tier,
+            choices,
+            cache_read_input_tokens,
+            cache_creation_input_tokens,
+            reasoning_output_tokens,
+            total_tokens,
+            usage_details,
+            request_last_event_id,
+            last_event_id,
             writer_id,
             seq,
             record_hash,
@@ -390,6 +418,9 @@ class RecordReader:
             "path": path,
             "method": method,
             "http_version": http_version,
+            "client_address": client_address,
+            "proxy_user": proxy_user,
+            "key_fingerprint": key_fingerprint,
             "status_code": status_code,
             "started_at": self._time(started_at),
             "ended_at": self._time(ended_at),
@@ -399,9 +430,23 @@ class RecordReader:
             "request_model": req["model"],
             "model": model,
             "text": _text(blocks),
+            "response_id": response_id,
+            "system_fingerprint": system_fingerprint,
+            "service_tier": service_tier,
             "blocks": blocks,
+            "reasoning": _text(blocks, "reasoning"),
+            "choices": _json(choices),
             "tool_calls": children["tool_calls"],
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, "reported": bool(usage_reported)},
+            "usage": {
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "cache_read_input_tokens": cache_read_input_tokens,
+                "cache_creation_input_tokens": cache_creation_input_tokens,
+                "reasoning_output_tokens": reasoning_output_tokens,
+                "total_tokens": total_tokens,
+                "details": _json(usage_details),
+                "reported": bool(usage_reported),
+            },
             "stop_reason": stop_reason,
             "stop_reason_raw": stop_reason_raw,
             "error": {"code": error_code, "message": error_message} if error_reported else None,
@@ -412,6 +457,8 @@ class RecordReader:
             "response_bytes": response_bytes,
             "events": events,
             "provenance": _provenance(provenance),
+            "request_last_event_id": request_last_event_id,
+            "last_event_id": last_event_id,
         }
 
     def _gap(self, writer_id: str, row: Any) -> Item:
@@ -436,11 +483,17 @@ _SEQ = _COLUMNS.index("seq")
 _STARTED_AT = _COLUMNS.index("started_at")
 
 
-def _text(blocks: list[Item]) -> str:
-    """``Exchange.text``: the text blocks' text, joined in index order (``blocks`` is sorted)."""
+def _text(blocks: list[Item], kind: str = "text") -> str:
+    """``Exchange.text`` (``Exchange.reasoning`` for ``kind`` ``"reasoning"``): the blocks of
+    that type, their text joined in index order (``blocks`` is sorted)."""
     if len(blocks) == 1:
-        return blocks[0]["text"] if blocks[0]["type"] == "text" else ""
-    return "".join([b["text"] for b in blocks if b["type"] == "text"])
+        return blocks[0]["text"] if blocks[0]["type"] == kind else ""
+    return "".join([b["text"] for b in blocks if b["type"] == kind])
+
+
+def _json(value: Any) -> Any:
+    """A nullable JSON column's value (SQLite: JSON text; PostgreSQL: jsonb, parsed)."""
+    return loads(value) if isinstance(value, bytes | str) else value
 
 
 def _provenance(value: Any) -> Item | None:

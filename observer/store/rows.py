@@ -41,6 +41,11 @@ FLATTENED: dict[str, str] = {
     "request.end_user": "end_user",
     "usage.input_tokens": "input_tokens",
     "usage.output_tokens": "output_tokens",
+    "usage.cache_read_input_tokens": "cache_read_input_tokens",
+    "usage.cache_creation_input_tokens": "cache_creation_input_tokens",
+    "usage.reasoning_output_tokens": "reasoning_output_tokens",
+    "usage.total_tokens": "total_tokens",
+    "usage.details": "usage_details",
     "usage.reported": "usage_reported",
     "error": "error_reported",
     "error.code": "error_code",
@@ -65,6 +70,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "request_id",
     "request_model",
     "end_user",
+    "proxy_user",
+    "key_fingerprint",
     "model",
     "usage",
     "stop_reason",
@@ -78,7 +85,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
 _CHILD_COLUMNS = ("exchange_id", "exchange_started_at", "position")  # columns of every child table that are not fields
 #: ``exchanges`` columns the store sets, not the record (``write_many``): the journal's
 #: numbering, the chain hash, the order of storing (``observer.store.stored``), the
-#: conversation (``observer.conversation``) and the search words (``observer.store.search``).
+#: conversation (``observer.conversation``), the stream a resumption resumes
+#: (``observer.store.resumption``) and the search words (``observer.store.search``).
 JOURNAL_COLUMNS = (
     "writer_id",
     "seq",
@@ -86,6 +94,7 @@ JOURNAL_COLUMNS = (
     "stored_seq",
     "conversation_id",
     "continuation_hash",
+    "resumes_id",
     "search_vector",
 )
 

@@ -32,10 +32,12 @@ from observer.shape import parse_rfc3339, rfc3339
 from observer.store import analyze, search
 from observer.store.chain import GENESIS, canonical_gap, canonical_record, chain_hash
 from observer.store.events import event_head
+from observer.store.keyowners import owners_of
 from observer.store.linking import link
 from observer.store.models import CheckpointRow, ExchangeRow, GapRow, PurgedRunRow, StoreMetaRow
 from observer.store.partitions import Partitions
 from observer.store.portable import make_portable
+from observer.store.resumption import link_resumptions
 from observer.store.rows import exchange_from_row, rows_from_records
 from observer.store.stored import reserve as reserve_stored_seq
 
@@ -169,6 +171,7 @@ class AuditStore:
                     if chained:
                         self._chain(session, writer_id, exchanges, dicts, gap_rows)  # type: ignore[arg-type]
                     link(session.connection(), exchanges, by_id)
+                    link_resumptions(session.connection(), exchanges, by_id)
                     if sqlite and exchanges:
                         first = reserve_stored_seq(session.connection(), len(exchanges))
                         for n, row in enumerate(exchanges):
@@ -376,7 +379,9 @@ class AuditStore:
 
     def get(self, id: str, *, store_fields: bool = False) -> Item | None:  # noqa: A002 - the record's field name
         """The record with this id as ``Exchange.to_dict()`` returns it (with ``store_fields``,
-        followed by what the store adds: ``conversation_id``, ``observer.conversation``), or
+        followed by what the store adds: ``conversation_id``, ``observer.conversation``,
+        ``resumes_id``, ``observer.store.resumption``, and
+        ``key_owner``, ``{owner, team}`` of its key fingerprint or null, ``observer.store.keyowners``), or
         ``None`` (also for an
         id no record can have: longer than a record id, or with a NUL, which PostgreSQL refuses
         in a query with an error, not an empty result)."""
@@ -398,6 +403,9 @@ class AuditStore:
             record = exchange_from_row(row).to_dict()
             if store_fields:
                 record["conversation_id"] = row.conversation_id
+                record["resumes_id"] = row.resumes_id
+                fingerprint = row.key_fingerprint
+                record["key_owner"] = owners_of(session.connection(), [fingerprint]).get(fingerprint or "")
             return record
 
     def ping(self) -> None:

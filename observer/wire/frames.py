@@ -33,7 +33,10 @@ is a module here that returns these tuples plus a ``Framing`` name in :func:`mak
   ``on_binary`` (or ``on_message`` with a ``BinaryFrame``).
 
 Also what the line and array framers share: ``positive_size`` (their bound's check) and
-``nbytes`` (sizes in violation details).
+``nbytes`` (sizes in violation details); and the consumer's recoveries for data that did not
+parse (issue 16): :func:`split_documents` (several JSON documents in one message,
+``nonconformant_framing``) and, inside :func:`text_message`, :func:`without_lone_surrogates`
+(``lone_surrogate``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from observer import jsontext
 from observer.records import Violation, ViolationKind
 
 
@@ -116,12 +120,65 @@ class JSONFrame:
 _INVALID_UTF8 = "invalid UTF-8 replaced by U+FFFD"
 
 
+def without_lone_surrogates(text: str) -> tuple[str, Violation] | None:
+    """(``text`` rewritten as the same JSON value with each lone UTF-16 surrogate in its strings
+    replaced by U+FFFD, one ``lone_surrogate`` violation), or ``None`` when ``text`` is not JSON
+    that only lone surrogates kept orjson from reading (``observer.jsontext.without_lone_surrogates``).
+
+    The violation's ``seq`` is the value's top-level integer ``seq`` when it has one (the draft's
+    event envelope, §5.1), else ``None``; its detail names the places (JSON path and character
+    index). The rewritten text is compact JSON (orjson), key order and values kept; only text a
+    JSON parser refused is ever rewritten, so a conformant message is never touched."""
+    recovered = jsontext.without_lone_surrogates(text)
+    if recovered is None:
+        return None
+    value, n, places = recovered
+    seq = value.get("seq") if isinstance(value, dict) else None
+    if not isinstance(seq, int) or isinstance(seq, bool) or not -(2**63) <= seq < 2**63:
+        seq = None
+    what = "a lone UTF-16 surrogate" if n == 1 else f"{n} lone UTF-16 surrogates"
+    more = f" and {n - len(places)} more" if n > len(places) else ""
+    detail = f"{what} replaced by U+FFFD at {', '.join(places)}{more}"
+    return jsontext.dumps(value).decode("utf-8"), Violation(ViolationKind.LONE_SURROGATE, seq, detail)
+
+
+def split_documents(message: Message) -> tuple[Violation, list[Message]] | None:
+    """For a message whose data did not parse as JSON: (one ``nonconformant_framing`` violation,
+    one message per JSON document) when its data is two or more valid JSON objects/arrays
+    written one after another (``data: {...}{...}``: ``observer.wire.recovery.documents``), else
+    ``None``. Each message has the original's ``event`` and ``id``, ``retry`` on the first only,
+    and sizes shared as ``observer.wire.sse`` shares a block's (each later one its document's
+    length, the first the rest).
+
+    Meant for the consumer's failure path (``observer.tap``'s general path, before
+    :func:`text_message`), so a conformant message never reaches it; the SSE decoder itself
+    splits the documents of several ``data`` lines (``observer.wire.recovery.json_documents``)."""
+    from observer.wire.recovery import documents  # here: recovery -> jsonseq -> frames is a cycle
+
+    event, raw, id, retry, size = message
+    docs = documents(raw)
+    if docs is None:
+        return None
+    where, each = ("one event's data", "an event") if event is not None else ("one message", "a message")
+    detail = f"{len(docs)} JSON documents in {where}, one after another: each read as {each} of its own"
+    first = size - sum(len(doc) for doc in docs[1:])
+    parts: list[Message] = [(event, docs[0], id, retry, first)]
+    parts.extend((event, doc, id, None, len(doc)) for doc in docs[1:])
+    return Violation(ViolationKind.NONCONFORMANT_FRAMING, None, detail), parts
+
+
 def text_message(message: Message) -> tuple[SSEEvent | JSONFrame, Violation | None]:
     """The text form of ``message``: an ``SSEEvent`` when it has an event field, else a
     ``JSONFrame``; with ``data`` and ``event`` UTF-8 decoded, invalid bytes replaced by U+FFFD
     (WHATWG §9.2.5 decodes event streams so; RFC 8259 §8.1 requires UTF-8 of JSON), and then
     the ``invalid_utf8`` violation that goes on record after the message's own events (the
-    text on record is not exactly what was sent), else ``None``."""
+    text on record is not exactly what was sent), else ``None``.
+
+    Its consumer (``observer.tap``) calls it only for data that did not parse as JSON: data that
+    is JSON but for lone UTF-16 surrogates (``"\\ud83d"`` without its pair, RFC 8259 §8.2) is
+    given as that JSON with U+FFFD in their place (:func:`without_lone_surrogates`), with the
+    ``lone_surrogate`` violation instead (its detail then also says when invalid UTF-8 was
+    replaced: one violation per message)."""
     event, raw, id, retry, size = message
     bad = None
     try:
@@ -129,6 +186,13 @@ def text_message(message: Message) -> tuple[SSEEvent | JSONFrame, Violation | No
     except UnicodeDecodeError:
         text = raw.decode("utf-8", "replace")
         bad = Violation(ViolationKind.INVALID_UTF8, None, _INVALID_UTF8)
+    if "\\u" in text:
+        recovered = without_lone_surrogates(text)
+        if recovered is not None:
+            text, lone = recovered
+            if bad is not None:
+                lone = Violation(lone.kind, lone.seq, f"{lone.detail}; {_INVALID_UTF8}")
+            bad = lone
     if event is None:
         return JSONFrame(text, size), bad
     try:

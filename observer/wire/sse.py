@@ -37,6 +37,17 @@ drive an ``EventSource``):
   ``Violation(kind="unterminated_final_event")``.
 - Oversize events: an event block larger than ``max_event_bytes`` is discarded and reported
   as ``Violation(kind="oversize_event")``; the decoder resynchronises at the next blank line.
+- Recovered framings (``observer.wire.recovery``, which says when each is unambiguous): a block
+  whose ``data`` lines hold several JSON documents (consecutive events with no blank line
+  between them) is dispatched as one message per document, after one
+  ``Violation(kind="nonconformant_framing")``; a field WHATWG ignores whose value is JSON
+  (llama.cpp's ``error: {...}``) is dispatched as a message of its own, its ``event`` the field's
+  name, after a ``Violation(kind="nonstandard_field")``; any other unknown field is still ignored
+  but named once per stream in a ``nonstandard_field`` violation. The messages of one block are
+  its data's first (``retry`` on it only), then its surfaced fields in wire order; the block's
+  ``size_bytes`` is shared so that they add up to it: each later message counts its data's
+  length, the first the rest. Only the slow paths (a block of several ``data`` lines, a field
+  line other than ``data``/``event``) ever look for these.
 - A line whose CR is the very last byte fed so far is not acted on until the next byte (or
   ``close``) shows whether an LF follows: that keeps ``size_bytes`` and the ``max_event_bytes``
   check exact and the output independent of chunking. Only streams using bare-CR line ends, or a CRLF split exactly
@@ -47,7 +58,15 @@ from __future__ import annotations
 
 from observer.records import Violation, ViolationKind
 from observer.wire.bom import LeadingBOM
-from observer.wire.frames import Message
+from observer.wire.frames import Message, nbytes
+from observer.wire.recovery import (
+    MAX_NAMED_FIELDS,
+    MAX_SHOWN_NAME_BYTES,
+    MAX_SURFACED_PER_BLOCK,
+    json_documents,
+    shown,
+    surfaced,
+)
 
 __all__ = ["SSEDecoder"]
 
@@ -105,6 +124,8 @@ class SSEDecoder:
         "_bom_open",
         "_idle",
         "_held",
+        "_fields",
+        "_named",
     )
 
     def __init__(self, max_event_bytes: int = 1 << 20) -> None:
@@ -138,6 +159,10 @@ class SSEDecoder:
         # Nothing held or in progress (BOM question settled, no partial line, no block begun, no
         # CR pending, not skipping, not closed): set after each chunk ``feed`` took the long way.
         self._idle = False
+        # The current block's surfaced fields (``observer.wire.recovery``), (name, value) in wire
+        # order, or None (the usual case); the ignored field names already named in a violation.
+        self._fields: list[tuple[bytes, bytes]] | None = None
+        self._named: set[bytes] = set()
 
     @property
     def last_id(self) -> str | None:
@@ -150,6 +175,8 @@ class SSEDecoder:
 
         Diagnostic (tests, metrics); costs O(number of buffered data lines)."""
         held = len(self._partial) + len(self._event) + sum(map(len, self._data))
+        if self._fields is not None:
+            held += sum(len(value) for _, value in self._fields)
         if self._held is not None:
             held += len(self._held[0])
         return held + self._bom.held_bytes
@@ -260,7 +287,7 @@ class SSEDecoder:
             self._partial.clear()
             self._line(body, len(body), out)
         size = self._size
-        if self._data:
+        if self._data or self._fields is not None:
             self._emit_event(out)
             out.append(
                 Violation(
@@ -397,7 +424,10 @@ class SSEDecoder:
             if values is None:
                 break
             if values:
-                emit(values[0] if len(values) == 1 else b"\n".join(values), event, n, None, out)
+                if len(values) == 1:
+                    emit(values[0], event, n, None, out)
+                else:
+                    self._emit_lines(values, event, n, None, out)
             pos += n
         else:
             if tail:
@@ -445,6 +475,9 @@ class SSEDecoder:
                     self._size = size
                     self._emit_event(out)
                     data = self._data = []
+                elif self._fields is not None:  # a block of surfaced fields only
+                    self._size = size
+                    self._emit_event(out)
                 self._event = b""
                 self._retry = None
                 size = 0
@@ -498,8 +531,9 @@ class SSEDecoder:
             self._oversize(out, line_complete=True, blank=not body)
             return
         if not body:
-            # WHATWG: "If the line is empty (a blank line): Dispatch the event."
-            if self._data:
+            # WHATWG: "If the line is empty (a blank line): Dispatch the event." (Here also a
+            # block of surfaced fields only: ``observer.wire.recovery``.)
+            if self._data or self._fields is not None:
                 self._emit_event(out)
             # WHATWG: if the data buffer is empty, reset the data and event type buffers and
             # return without dispatching. Either way the block's buffers start afresh.
@@ -542,13 +576,94 @@ class SSEDecoder:
                     self._retry = int(value)
                 except ValueError:  # more digits than int() accepts (sys.int_info): ignore
                     pass
-        # WHATWG: any other field name is ignored.
+        else:
+            # WHATWG: any other field name is ignored. Here it is put on record: surfaced, or
+            # named (``observer.wire.recovery``).
+            self._nonstandard(name, value, out)
+
+    def _nonstandard(self, name: bytes, value: bytes, out: list[Message | Violation]) -> None:
+        """An unknown field ``name: value`` of the current block: kept to be dispatched with
+        the block when ``observer.wire.recovery.surfaced`` says so (at most
+        ``MAX_SURFACED_PER_BLOCK`` per block), else named in a ``nonstandard_field`` violation
+        the first time its name is seen (at most ``MAX_NAMED_FIELDS`` names per stream)."""
+        fields = self._fields
+        if surfaced(name, value) and (fields is None or len(fields) < MAX_SURFACED_PER_BLOCK):
+            if fields is None:
+                self._fields = fields = []
+            fields.append((name, value))
+            return
+        key = name[:MAX_SHOWN_NAME_BYTES]
+        if key in self._named or len(self._named) >= MAX_NAMED_FIELDS:
+            return
+        self._named.add(key)
+        detail = f"field {shown(name)} ({nbytes(len(value))}) is not an SSE field: ignored, as WHATWG §9.2.6 says"
+        if surfaced(name, value):
+            detail += f" (more than {MAX_SURFACED_PER_BLOCK} JSON-valued fields in one event)"
+        out.append(Violation(ViolationKind.NONSTANDARD_FIELD, None, detail))
 
     def _emit_event(self, out: list[Message | Violation]) -> None:
         # WHATWG: data buffer = values each followed by LF, then one trailing LF removed,
         # i.e. the values joined by LF (decoding is the consumer's: module docstring).
         data = self._data
-        self._emit_raw(data[0] if len(data) == 1 else b"\n".join(data), self._event, self._size, self._retry, out)
+        if len(data) == 1 and self._fields is None:
+            self._emit_raw(data[0], self._event, self._size, self._retry, out)
+        else:
+            self._emit_block(out)
+
+    def _emit_block(self, out: list[Message | Violation]) -> None:
+        """Dispatches the current block when it is more than one data line: several data lines
+        (their JSON documents, when ``observer.wire.recovery.json_documents`` finds several),
+        and/or surfaced fields, each after its ``nonstandard_field`` violation; sizes shared as
+        the module docstring says. The surfaced fields are consumed."""
+        data, fields = self._data, self._fields
+        self._fields = None
+        if fields is None:
+            self._emit_lines(data, self._event, self._size, self._retry, out)
+            return
+        # Every later message counts its data's length, the first the rest (module docstring).
+        later = sum(len(value) for _, value in fields)
+        size = self._size - later
+        retry = self._retry
+        if data:
+            self._emit_lines(data, self._event, size, retry, out)
+        else:
+            name, value = fields[0]
+            fields = fields[1:]
+            out.append(self._surfaced_violation(name, value))
+            out.append((name, value, self._last_id, retry, size + len(value)))
+        for name, value in fields:
+            out.append(self._surfaced_violation(name, value))
+            out.append((name, value, self._last_id, None, len(value)))
+
+    @staticmethod
+    def _surfaced_violation(name: bytes, value: bytes) -> Violation:
+        detail = (
+            f"field {shown(name)} ({nbytes(len(value))}) is not an SSE field (WHATWG §9.2.6 ignores it): "
+            f"its value dispatched as an event of type {shown(name)}"
+        )
+        return Violation(ViolationKind.NONSTANDARD_FIELD, None, detail)
+
+    def _emit_lines(
+        self, values: list[bytes], event: bytes, size: int, retry: int | None, out: list[Message | Violation]
+    ) -> None:
+        """Dispatches a block of ``data`` lines ``values`` (one or more): as WHATWG joins them,
+        unless they hold several JSON documents (``observer.wire.recovery.json_documents``):
+        then one ``nonconformant_framing`` violation and one message per document, ``retry`` on
+        the first, each later one counting its document's length and the first the rest."""
+        docs = json_documents(values) if len(values) > 1 else None
+        if docs is None:
+            self._emit_raw(values[0] if len(values) == 1 else b"\n".join(values), event, size, retry, out)
+            return
+        detail = (
+            f"{len(docs)} JSON documents in one event's data ({len(values)} data lines without a blank line "
+            "between them): each read as an event of its own"
+        )
+        out.append(Violation(ViolationKind.NONCONFORMANT_FRAMING, None, detail))
+        last_id = self._last_id
+        first = size - sum(len(doc) for doc in docs[1:])
+        out.append((event, docs[0], last_id, retry, first))
+        for doc in docs[1:]:
+            out.append((event, doc, last_id, None, len(doc)))
 
     def _emit_raw(self, raw: bytes, event: bytes, size: int, retry: int | None, out: list[Message | Violation]) -> None:
         """Dispatches one event: data ``raw`` and type ``event`` undecoded, ``size`` bytes on the
@@ -560,6 +675,7 @@ class SSEDecoder:
         self._event = b""
         self._retry = None
         self._size = 0
+        self._fields = None
 
     def _oversize(self, out: list[Message | Violation], *, line_complete: bool, blank: bool) -> None:
         """Discards the current block (reported once) and, unless the line that overflowed was

@@ -202,6 +202,9 @@ REGISTRY: dict[tuple[str, str], Runs | Checks | NotRun] = {
         "a synopsis, not commands: every subcommand and option it names must be in `observer <cmd> --help`",
     ),
     ("README.md", "[[webhook]]"): Runs("test_readme_alerts_file"),
+    ("README.md", "printf '%s\\n' \"$THE_API_KEY\" | observer key-owner add --owner alice --team ml-platform"): Runs(
+        "test_readme_key_owner"
+    ),
     (
         "README.md",
         "client ──▶ mitmproxy + observer.capture (mitmdump -s addons/llm_audit.py) ──▶ upstream LLM endpoint",
@@ -769,6 +772,23 @@ def test_readme_read_records(lab: Lab) -> None:
     second, _ = dec.raw_decode(out[end:].lstrip())
     assert all(item["model"] == "gpt-4o" for item in first["items"]) and bool(first["items"]) == bool(page["items"])
     assert second.get("id") == some_id and "request" in second and "blocks" in second, second
+
+
+def test_readme_key_owner(lab: Lab) -> None:
+    """The README's key-owner lines, as written, where ``observer run`` keeps its data: the key
+    from ``$THE_API_KEY`` on standard input, then the list shows the owner and the fingerprint of
+    that key under the run's own fingerprint key; the key is nowhere in the database."""
+    from observer.identity import FingerprintKey
+
+    b = block("README.md", "printf '%s\\n' \"$THE_API_KEY\" | observer key-owner add")
+    api_key = "sk-docs-" + os.urandom(8).hex()
+    out = run_sh(b.text, lab.work, lab.env(THE_API_KEY=api_key)).ok("the README's key-owner lines").out
+    key = FingerprintKey.load_or_create(lab.work / ".observer" / "fingerprint-key")
+    fingerprint = key.fingerprint(api_key)
+    listed = [line for line in out.splitlines() if line.startswith(fingerprint)]
+    assert listed and "alice" in listed[0] and "ml-platform" in listed[0], out
+    raw = b"".join(p.read_bytes() for p in lab.work.glob("observer.db*"))
+    assert api_key.encode() not in raw
 
 
 def _help_options(cmd: list[str], env: dict[str, str], cwd: Path) -> set[str]:

@@ -10,8 +10,10 @@ chunks that are joined here), sending the fixture's request body. Checked:
 
 - transport: every event reaches the SDK before the upstream sends the next one (the SDK's
   item for wire event i arrives before ``send_times[i + 1]``);
-- the record equals what the SDK accumulated: text, tool calls (id, name, arguments), usage,
-  stop reason (raw), outcome (``error`` when the SDK raised a mid-stream error);
+- the record equals what the SDK accumulated: text, tool calls (id, name, arguments), usage
+  (input, output and, where the SDK's usage type has them, cached, cache-write, reasoning and
+  total tokens: the ``cached_reasoning`` / ``prompt_cache`` / ``cached_thoughts`` fixtures carry
+  them), stop reason (raw), outcome (``error`` when the SDK raised a mid-stream error);
 - the record equals the fixture's hand-written expectation on every response-side key.
 
 curl replays EVERY case of every dialect folder (its exact request bytes, path, query and
@@ -98,6 +100,9 @@ class SdkRun:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments: str | dict}
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # the SDK's other usage counts, by the record's name (only those the SDK's usage type has)
+    usage_extra: dict[str, int | None] = field(default_factory=dict)
+    choices: list[tuple[int, str, str | None]] | None = None  # (index, text, finish reason) when n > 1
     stop_raw: str | None = None
     error: BaseException | None = None  # what the SDK raised
     error_event: bool = False  # the SDK surfaced an error the API reported in-band, without raising
@@ -271,9 +276,19 @@ class OpenAIChatDriver(Driver):
             for tc in c.message.tool_calls or []:
                 out.tool_calls.append({"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments})
         if choices:
-            out.stop_raw = choices[0].finish_reason
+            out.stop_raw = choices[-1].finish_reason  # the record's message-level reason: the last to finish
+        if len(choices) > 1:
+            out.choices = [(c.index, c.message.content or "", c.finish_reason) for c in choices]
         if final.usage is not None:
-            out.input_tokens, out.output_tokens = final.usage.prompt_tokens, final.usage.completion_tokens
+            u = final.usage
+            out.input_tokens, out.output_tokens = u.prompt_tokens, u.completion_tokens
+            out.usage_extra = {
+                "cache_read_input_tokens": u.prompt_tokens_details.cached_tokens if u.prompt_tokens_details else None,
+                "reasoning_output_tokens": (
+                    u.completion_tokens_details.reasoning_tokens if u.completion_tokens_details else None
+                ),
+                "total_tokens": u.total_tokens,
+            }
         return out
 
 
@@ -350,7 +365,15 @@ class OpenAIResponsesDriver(Driver):
             out.text = "".join(deltas)
             out.tool_calls = [calls[i] for i in sorted(calls)]
         if final is not None and final.usage is not None:
-            out.input_tokens, out.output_tokens = final.usage.input_tokens, final.usage.output_tokens
+            u = final.usage
+            out.input_tokens, out.output_tokens = u.input_tokens, u.output_tokens
+            out.usage_extra = {
+                "cache_read_input_tokens": u.input_tokens_details.cached_tokens if u.input_tokens_details else None,
+                "reasoning_output_tokens": (
+                    u.output_tokens_details.reasoning_tokens if u.output_tokens_details else None
+                ),
+                "total_tokens": u.total_tokens,
+            }
         return out
 
 
@@ -406,6 +429,10 @@ class AnthropicDriver(Driver):
             if b.type in ("tool_use", "server_tool_use"):
                 out.tool_calls.append({"id": b.id, "name": b.name, "arguments": b.input})
         out.input_tokens, out.output_tokens = msg.usage.input_tokens, msg.usage.output_tokens
+        out.usage_extra = {
+            "cache_read_input_tokens": msg.usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": msg.usage.cache_creation_input_tokens,
+        }
         out.stop_raw = msg.stop_reason
         return out
 
@@ -490,6 +517,13 @@ class GeminiDriver(Driver):
                     # documented convention, as Anthropic and OpenAI count it)
                     if um.candidates_token_count is not None or um.thoughts_token_count is not None:
                         out.output_tokens = (um.candidates_token_count or 0) + (um.thoughts_token_count or 0)
+                    for key, value in (
+                        ("cache_read_input_tokens", um.cached_content_token_count),
+                        ("reasoning_output_tokens", um.thoughts_token_count),
+                        ("total_tokens", um.total_token_count),
+                    ):
+                        if value is not None or key not in out.usage_extra:
+                            out.usage_extra[key] = value
         except Exception as e:  # noqa: BLE001 - a mid-stream error
             out.error = e
         finally:
@@ -647,6 +681,11 @@ def assert_record_equals_sdk(rec: dict[str, Any], run: SdkRun, fx: FixtureRespon
         )
     else:
         assert usage["reported"] is False or (usage["input_tokens"], usage["output_tokens"]) == (None, None), usage
+    if run.choices is not None:
+        got_choices = [(c["index"], c["text"], c["stop_reason_raw"]) for c in rec["choices"] or ()]
+        assert got_choices == run.choices, f"choices: record {got_choices} != SDK {run.choices}"
+    for key, value in run.usage_extra.items():  # cached, cache-write, reasoning, total: as the SDK's usage object says
+        assert usage[key] == value, f"usage.{key}: record {usage[key]!r} != SDK {value!r}"
     if run.stop_raw is not None:
         assert rec["stop_reason_raw"] == run.stop_raw, (
             f"stop: record {rec['stop_reason_raw']!r} != SDK {run.stop_raw!r}"

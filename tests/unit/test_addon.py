@@ -83,7 +83,16 @@ def test_complete_stream_is_recorded():
     assert d["host"] == "llm.example"
     assert d["text"] == "The weather in Vienna is 24C and sunny."
     assert d["outcome"] == "completed"
-    assert d["usage"] == {"input_tokens": 42, "output_tokens": 8, "reported": True}
+    assert d["usage"] == {
+        "input_tokens": 42,
+        "output_tokens": 8,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": None,
+        "reported": True,
+    }
     assert d["response_bytes"] == len(BODY)
     assert d["violations"] == []
     assert METADATA_KEY not in f.metadata  # no reference kept after the flow ended

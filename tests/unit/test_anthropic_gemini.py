@@ -293,7 +293,12 @@ def test_anthropic_usage_assigned_across_several_message_deltas():
         ]
     ).encode()
     record = observe("anthropic.messages", b'{"model":"m","max_tokens":9,"messages":[]}', [body], path="/v1/messages")
-    assert record["usage"] == {"input_tokens": 377, "output_tokens": 65, "reported": True}
+    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"], record["usage"]["reported"]) == (
+        377,
+        65,
+        True,
+    )
+    assert record["usage"]["cache_read_input_tokens"] is None  # start() sends no cache counts: not reported
     assert (record["stop_reason"], record["outcome"]) == ("pause_turn", "completed")
 
 
@@ -551,7 +556,9 @@ def test_gemini_adapter_checks_and_tolerances():
     assert g.on_message(frame({"error": {"code": 429, "message": "quota"}})) == [ErrorEvent(None, "429", "quota")]
     assert g.on_message(frame({"modelVersion": "m1"})) == [ModelEvent(None, "m1")]
     assert g.on_message(frame({"modelVersion": "m1"})) == []  # once per distinct value
-    assert g.on_message(frame({"usageMetadata": {"thoughtsTokenCount": 4}})) == [UsageEvent(None, None, 4)]
+    assert g.on_message(frame({"usageMetadata": {"thoughtsTokenCount": 4}})) == [
+        UsageEvent(None, None, 4, reasoning_output_tokens=4)  # output = candidates + thoughts; thoughts as sent
+    ]
     assert g.on_close() == []  # no finishReason: the record gets missing_stream_end
 
 

@@ -93,7 +93,13 @@ def test_get_returns_the_record(client: TestClient, records: list[Exchange]) -> 
     """GET /v1/exchanges/{id} is the record's to_dict(), big integers exact."""
     response = client.get("/v1/exchanges/ex-4", headers=AUTH)
     assert response.status_code == 200
-    expected = {**records[4].to_dict(), "conversation_id": "ex-4", "content_withheld": False}
+    expected = {
+        **records[4].to_dict(),
+        "conversation_id": "ex-4",
+        "resumes_id": None,
+        "key_owner": None,
+        "content_withheld": False,
+    }
     assert response.json() == expected
     assert list(response.json()) == list(expected)
     assert '"seq":9007199254740993' in response.text.replace(" ", "")
@@ -161,8 +167,19 @@ def test_list_default_page_and_item(client: TestClient) -> None:
         "request_id": None,
         "request_model": None,
         "end_user": None,
+        "proxy_user": None,
+        "key_fingerprint": None,
         "model": None,
-        "usage": {"input_tokens": 12, "output_tokens": 3, "reported": True},
+        "usage": {
+            "input_tokens": 12,
+            "output_tokens": 3,
+            "cache_read_input_tokens": None,
+            "cache_creation_input_tokens": None,
+            "reasoning_output_tokens": None,
+            "total_tokens": None,
+            "details": None,
+            "reported": True,
+        },
         "stop_reason": None,
         "error": None,
         "outcome": "completed",

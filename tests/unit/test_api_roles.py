@@ -40,6 +40,8 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "get": ("GET", f"/v1/exchanges/{RECORD}", None),
     "conversation": ("GET", f"/v1/conversations/{RECORD}", None),
     "stats": ("GET", "/v1/stats?group_by=model", None),
+    "conformance": ("GET", "/v1/conformance?group_by=host", None),
+    "replay": ("GET", f"/v1/exchanges/{RECORD}/replay", None),
     "incidents": ("GET", "/v1/incidents", None),
     "incident": ("GET", "/v1/incidents/{incident}", None),
     "open_incident": ("POST", "/v1/incidents", INCIDENT),
@@ -70,8 +72,16 @@ COVERED = {
 COVERED = {(m, p.replace("/v1/conversations/{exchange_id}", "/v1/conversations/{conversation_id}")) for m, p in COVERED}
 OWN_TESTS = {("DELETE", "/v1/holds/{hold_id}"), ("GET", "/v1/exports/{job_id}/files/{name}")}
 CALLERS = ("viewer", "auditor", "responder", "admin", "bootstrap", "none", "revoked", "unknown")
-_READ = {"list": 200, "get": 200, "conversation": 200, "stats": 200, "alerts": 200}
-_AUDIT = {"incidents": 200, "incident": 200, "holds": 200, "exports": 200, "export": 200, "start_export": 202}
+_READ = {"list": 200, "get": 200, "conversation": 200, "stats": 200, "conformance": 200, "alerts": 200}
+_AUDIT = {
+    "replay": 200,
+    "incidents": 200,
+    "incident": 200,
+    "holds": 200,
+    "exports": 200,
+    "export": 200,
+    "start_export": 202,
+}
 _RESPOND = {"open_incident": 201, "change_incident": 200, "make_hold": 201}
 _ADMIN = {"retention": 200, "purge": 200}
 _DENIED = dict.fromkeys(ENDPOINTS, 403)
@@ -202,7 +212,8 @@ def test_viewer_reads_a_record_without_its_content(api: Api, record: Exchange) -
     assert body["response_body"] is None
     assert body["request"]["end_user"] == "alice"
     assert body["model"] == "gpt-4o"
-    assert body["usage"] == {"input_tokens": 10, "output_tokens": 4, "reported": True}
+    assert (body["usage"]["input_tokens"], body["usage"]["output_tokens"], body["usage"]["reported"]) == (10, 4, True)
+    assert body["reasoning"] is None  # the record has a reasoning block: content
     for secret in SECRETS:
         assert secret not in response.text
     # The same record read by an auditor has all of it (so the strings above are really there).
@@ -213,8 +224,11 @@ def test_viewer_reads_a_record_without_its_content(api: Api, record: Exchange) -
     assert full.json() == {
         **record.to_dict(),
         "conversation_id": full.json()["conversation_id"],
+        "resumes_id": None,
+        "key_owner": None,
         "content_withheld": False,
     }
+    assert full.json()["reasoning"] != ""
 
 
 @pytest.mark.parametrize("caller", ["auditor", "responder", "admin", "bootstrap"])

@@ -25,6 +25,7 @@ from observer.dialects.registry import default_registry
 from observer.events import (
     ContentDelta,
     ErrorEvent,
+    ResponseIdentity,
     StopEvent,
     StreamEnd,
     StreamStart,
@@ -203,7 +204,7 @@ def test_a_converse_stream_with_text_reasoning_and_a_tool_call():
         ToolCallDelta(None, "2", 2, None, None, '{"city":'),
         ToolCallDelta(None, "2", 2, None, None, '"Paris"}'),
         StopEvent(None, "tool_use", "tool_use"),
-        UsageEvent(None, 25, 17),
+        UsageEvent(None, 25, 17, total_tokens=42),
         StreamEnd(None),
     ]
 
@@ -287,7 +288,7 @@ def test_a_converse_body():
         ContentDelta(None, 1, "It is sunny.", "text"),
         ToolCallEvent(None, 2, "t1", "get_weather", '{"city":"Paris"}'),
         StopEvent(None, "end_turn", "end_turn"),
-        UsageEvent(None, 9, 4),
+        UsageEvent(None, 9, 4, total_tokens=13),
         StreamEnd(None),
     ]
 
@@ -362,6 +363,7 @@ def test_an_anthropic_invoke_stream():
     )
     assert got == [
         StreamStart(None, "claude-3-5-sonnet-20240620", None),
+        ResponseIdentity(None, response_id="msg_bdrk_01"),
         UsageEvent(None, 12, 1),
         ContentDelta(None, 0, "", "text"),
         ContentDelta(None, 0, "Hi there", "text"),

@@ -250,15 +250,24 @@ def test_smithy_frame_layout_is_the_documented_one():
 # -- the records ------------------------------------------------------------------------------------
 
 # Converse: messageStart -> stream start; four text deltas at block 0; contentBlockStop gives
-# nothing; messageStop end_turn -> stop; metadata -> usage (input/output; totalTokens and
-# latencyMs are not recorded) and the stream's end. Canonical events: 1 + 4 + 1 + 1 + 1 = 8.
+# nothing; messageStop end_turn -> stop; metadata -> usage (input/output/total as sent; latencyMs
+# is not recorded) and the stream's end. Canonical events: 1 + 4 + 1 + 1 + 1 = 8.
 CONVERSE_RECORD = {
     "request_model": CLAUDE,
     "model": None,
     "text": "Hello, w\u00f6rld \u2615 \U0001f600 bye.",
     "blocks": [{"index": 0, "type": "text", "text": "Hello, w\u00f6rld \u2615 \U0001f600 bye.", "stop_reason": None}],
     "tool_calls": [],
-    "usage": {"input_tokens": 21, "output_tokens": 9, "reported": True},
+    "usage": {
+        "input_tokens": 21,
+        "output_tokens": 9,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": 30,
+        "details": None,
+        "reported": True,
+    },
     "stop_reason": "end_turn",
     "stop_reason_raw": "end_turn",
     "error": None,
@@ -267,7 +276,8 @@ CONVERSE_RECORD = {
     "events": 8,
 }
 
-# InvokeModel (Anthropic): message_start -> stream start (model) and usage 13/1;
+# InvokeModel (Anthropic): message_start -> stream start (model), its id msg_bdrk_01Smithy (the
+# response_id) and usage 13/1;
 # content_block_start -> an empty text delta; two text deltas; message_delta -> stop end_turn
 # and output usage 5; message_stop -> the end (the invocation metrics repeat the usage: not added).
 # Canonical events: start, usage, 3 deltas, stop, usage, end = 8.
@@ -277,7 +287,17 @@ INVOKE_RECORD = {
     "text": "Bonjour \u00e0 vous",
     "blocks": [{"index": 0, "type": "text", "text": "Bonjour \u00e0 vous", "stop_reason": None}],
     "tool_calls": [],
-    "usage": {"input_tokens": 13, "output_tokens": 5, "reported": True},
+    "usage": {
+        "input_tokens": 13,
+        "output_tokens": 5,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": None,
+        "reported": True,
+    },
+    "response_id": "msg_bdrk_01Smithy",
     "stop_reason": "end_turn",
     "stop_reason_raw": "end_turn",
     "error": None,
@@ -295,7 +315,16 @@ EXCEPTION_RECORD = {
     "text": "Hello",
     "blocks": [{"index": 0, "type": "text", "text": "Hello", "stop_reason": None}],
     "tool_calls": [],
-    "usage": {"input_tokens": None, "output_tokens": None, "reported": False},
+    "usage": {
+        "input_tokens": None,
+        "output_tokens": None,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": None,
+        "reported": False,
+    },
     "stop_reason": None,
     "error": {"code": "throttlingException", "message": THROTTLED},
     "outcome": "error",

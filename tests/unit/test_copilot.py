@@ -511,21 +511,41 @@ def test_a_recorded_turn_is_not_recovered_and_no_credential_reaches_the_journal(
 
 
 def test_the_turn_log_round_trips_every_item_and_refuses_what_it_did_not_write():
-    from observer.events import ContentDelta, StopEvent, StreamEnd, StreamStart, ToolCallDelta, UsageEvent
+    from observer.events import (
+        ContentDelta,
+        ResponseIdentity,
+        StopEvent,
+        StreamEnd,
+        StreamStart,
+        ToolCallDelta,
+        UsageEvent,
+    )
     from observer.journal import turnlog
     from observer.records import Violation
 
     items = [
         StreamStart(None, "m", "r1"),
+        ResponseIdentity(None, "resp-1", None, "default"),
         ContentDelta(3, 0, "Grüß ☕", "text"),
         ToolCallDelta(None, "k", 1, "c1", "get", '{"a":'),
-        StopEvent(None, "end_turn", "done"),
+        StopEvent(None, "end_turn", "done", choice=1),
         UsageEvent(None, None, 7),
+        UsageEvent(None, 3, 7, cache_read_input_tokens=2, total_tokens=10, details=(("input", "audio", 1),)),
         Violation("invalid_json", 4, "bad"),
         StreamEnd(5, None),
     ]
     assert turnlog.decode(turnlog.encode(items)) == items
-    for bad in (b"{", b"{}", b'[["Nope", 1]]', b'[["UsageEvent", null]]', b"[1]"):
+    # A chunk the previous version journaled (before the added usage counts and the choice).
+    older = b'[["UsageEvent", null, null, 7], ["StopEvent", null, "end_turn", "done"]]'
+    assert turnlog.decode(older) == [UsageEvent(None, None, 7), StopEvent(None, "end_turn", "done")]
+    for bad in (
+        b"{",
+        b"{}",
+        b'[["Nope", 1]]',
+        b'[["UsageEvent", null]]',
+        b"[1]",
+        b'[["UsageEvent", null, 1, 2, null, null, null, null, [["input", "audio"]]]]',
+    ):
         with pytest.raises(ValueError):
             turnlog.decode(bad)
 

@@ -157,7 +157,12 @@ def test_a_wrong_fast_reader_fails_the_comparison(filled: AuditStore, monkeypatc
     """The comparison above fails when the fast path is wrong: ``text`` joining every block
     (the reasoning block too); on SQLite, booleans left as its 0/1 (``bool`` made a no-op)."""
     with monkeypatch.context() as m:
-        m.setattr(reader, "_text", lambda blocks: "".join(b["text"] for b in blocks))
+        right = reader._text
+        m.setattr(
+            reader,
+            "_text",
+            lambda blocks, kind="text": "".join(b["text"] for b in blocks) if kind == "text" else right(blocks, kind),
+        )
         assert _mismatches(filled) == ["0b5e3c1e-6a4e-4b7a-9f1e-2d3c4b5a6f70"]  # the one with a reasoning block
     if filled.engine.dialect.name == "sqlite":
         monkeypatch.setattr(reader, "bool", lambda value: value, raising=False)
@@ -244,7 +249,7 @@ def test_the_manifest_by_hand(filled: AuditStore, key: CheckpointKey, tmp_path: 
     b_checkpoint = filled.last_checkpoint(WB)
     lines = (tmp_path / "x" / "exchanges.jsonl").read_bytes()
     assert {k: v for k, v in manifest.items() if k not in ("files", "writers")} == {
-        "format": "llm-stream-observer export v2",
+        "format": "llm-stream-observer export v3",
         "created_at": "2026-06-02T08:00:00.000000Z",
         "store_id": filled.store_id(),
         "file_format": "jsonl",
@@ -336,7 +341,9 @@ def test_a_csv_row_by_hand(filled: AuditStore, key: CheckpointKey, tmp_path: Pat
     expected = (
         f"writer-b,3,{h},9a7d1e44-8b2f-4c3a-a1d0-000000000003,openai-chat,http,api.openai.com,,"
         "/v1/chat/completions,POST,HTTP/1.1,429,2025-06-01T12:00:02.000000Z,2025-06-01T12:00:02.090000Z,"
-        f",,,,,,,false,,,http_error,68,0,,{body},,null,{request},[],[],[],null\r\n"
+        f",,,,,,,false,,,http_error,68,0,,{body},,null,{request},[],[],[],null,"
+        # v3: response_id, system_fingerprint, service_tier, the four counts, usage_details, choices, reasoning
+        ",,,,,,,null,null,\r\n"
     )
     rows = (tmp_path / "x" / "exchanges.csv").read_bytes().decode().split("\r\n", 1)
     assert rows[0] == ",".join(RECORD_COLUMNS)
@@ -361,8 +368,10 @@ def test_csv_read_back(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -
             "" if record["usage"]["input_tokens"] is None else str(record["usage"]["input_tokens"])
         )
         assert row["end_user"] == (record["request"]["end_user"] or "")
-        for column in ("request", "blocks", "tool_calls", "violations", "error", "provenance"):
+        for column in ("request", "blocks", "tool_calls", "violations", "error", "provenance", "choices"):
             assert jsontext.loads(row[column]) == record[column]
+        assert jsontext.loads(row["usage_details"]) == record["usage"]["details"]
+        assert row["reasoning"] == record["reasoning"] and row["response_id"] == (record["response_id"] or "")
 
 
 def test_csv_and_parquet_say_where_an_ingested_record_came_from(
@@ -402,8 +411,9 @@ def test_csv_and_parquet_say_where_an_ingested_record_came_from(
 
 
 def test_an_export_of_format_v1_still_verifies(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -> None:
-    """An export made before the ``provenance`` column (format v1: its CSV header without it)
-    verifies with today's ``export verify``; a v1 manifest over a v2 file does not."""
+    """Exports made before the ``provenance`` column (format v1) and before the usage-detail
+    columns (v2: CSV header up to ``provenance``) verify with today's ``export verify``; a v1
+    manifest over a v3 file does not."""
     import hashlib
 
     _export(filled, key, tmp_path / "x", "csv")
@@ -411,15 +421,16 @@ def test_an_export_of_format_v1_still_verifies(filled: AuditStore, key: Checkpoi
     path = folder / "exchanges.csv"
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
-    assert rows[0][-1] == "provenance"
-    v1 = "".join(csv_line(row[:-1]) for row in rows).encode()
+    assert rows[0][34:37] == ["violations", "provenance", "response_id"]
+    v1 = "".join(csv_line(row[:35]) for row in rows).encode()  # up to violations
+    v2 = "".join(csv_line(row[:36]) for row in rows).encode()  # up to provenance
     manifest = json.loads((folder / "manifest.json").read_bytes())
 
-    def resign(content: bytes) -> None:
+    def resign(content: bytes, version: str = "v1") -> None:
         path.write_bytes(content)
         entry = next(e for e in manifest["files"] if e["name"] == "exchanges.csv")
         entry["bytes"], entry["sha256"] = len(content), hashlib.sha256(content).hexdigest()
-        manifest["format"] = "llm-stream-observer export v1"
+        manifest["format"] = f"llm-stream-observer export {version}"
         data = encode(manifest)
         (folder / "manifest.json").write_bytes(data)
         (folder / "manifest.sig").write_bytes(sign(data, key))
@@ -428,11 +439,14 @@ def test_an_export_of_format_v1_still_verifies(filled: AuditStore, key: Checkpoi
     resign(v1)
     check = verify_export(folder, [key.public])
     assert check.ok, check.problems
+    resign(v2, "v2")
+    check = verify_export(folder, [key.public])
+    assert check.ok, check.problems
     resign(original)
     problems = verify_export(folder, [key.public]).problems
     assert problems[:2] == [
         "exchanges.csv line 1: not the header of exchanges",
-        "exchanges.csv row 1: 36 fields, not 35",
+        "exchanges.csv row 1: 46 fields, not 35",
     ]
 
 

@@ -313,7 +313,16 @@ def test_integers_beyond_64_bits_are_invalid_not_stored():
         + b'event: stream.end\ndata: {"v":"1.0","seq":9223372036854775808,"type":"stream.end"}\n\n'
     )
     rec = observe("llm-stream-1.0", REQ, [body])
-    assert rec["usage"] == {"input_tokens": None, "output_tokens": 3, "reported": True}
+    assert rec["usage"] == {
+        "input_tokens": None,
+        "output_tokens": 3,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": None,
+        "reported": True,
+    }
     assert [(v["kind"], v["seq"]) for v in rec["violations"]] == [("invalid_event", 1), ("invalid_event", None)]
     assert rec["outcome"] == "completed"
 

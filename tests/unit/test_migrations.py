@@ -38,6 +38,7 @@ TABLES = {
     "hold_records",
     "purged_runs",
     "api_tokens",
+    "key_owners",
     "access_log",
     "incidents",
     "incident_notes",

@@ -305,7 +305,7 @@ def test_ollama_adapter_generate_thinking_and_raw_done_reason():
         ContentDelta(None, 0, "ok", "text"),
         ModelEvent(None, "m2"),
         StopEvent(None, "unload", "unload"),
-        Violation("invalid_event", None, "eval_count is not an integer in 0..2^63-1"),
+        Violation("invalid_event", None, "eval_count is not a token count: -1"),
         StreamEnd(None),
     ]
 
@@ -547,3 +547,315 @@ def test_addon_records_an_ai_sdk_app_on_api_chat_as_vercel_ui():
     assert (rec["dialect"], rec["outcome"], rec["text"], rec["request_id"]) == ("vercel.ui", "completed", "Hi", "m-1")
     assert rec["request"]["metadata"] == {"id": "c1", "trigger": "submit-message"}
     assert (rec["stop_reason"], rec["violations"]) == ("end_turn", [])
+
+
+# ----- tools the UI request cannot declare (issue 16, item 5) -----
+
+
+def test_reassembler_without_declarable_tools_leaves_each_call_unknown():
+    """``tool_names=None`` (a dialect whose requests never declare tools): a complete call and a
+    call built from fragments both get ``declared`` ``None`` and no ``undeclared_tool``; with an
+    empty declaration (``()``) the same calls are undeclared, each with its violation."""
+    from observer.reassembly import EndCause, Reassembler
+    from observer.response import ResponseFacts
+
+    def run(tool_names):
+        r = Reassembler(tool_names)
+        r.apply(ToolCallEvent(None, 0, "call_1", "getWeather", '{"city":"Vienna"}'), 1.0)
+        r.apply(ToolCallDelta(None, "call_2", 1, "call_2", "getTime", '{"tz":'), 1.1)
+        r.apply(ToolCallDelta(None, "call_2", 1, "call_2", None, '"UTC"}'), 1.2)
+        r.apply(StreamEnd(None), 1.3)
+        facts = r.finish(ResponseFacts(), EndCause.EOF, request_start_s=0.0)
+        return [(t.id, t.arguments, t.declared) for t in facts.tool_calls], [v.kind for v in facts.violations]
+
+    assert run(None) == ([("call_1", '{"city":"Vienna"}', None), ("call_2", '{"tz":"UTC"}', None)], [])
+    assert run(()) == (
+        [("call_1", '{"city":"Vienna"}', False), ("call_2", '{"tz":"UTC"}', False)],
+        ["undeclared_tool", "undeclared_tool"],
+    )
+    assert run(("getTime",))[0][1][2] is True
+
+
+def test_response_spec_keeps_unknown_tool_names_through_its_dict():
+    """``ResponseSpec.tool_names`` ``None`` survives ``to_dict``/``from_dict`` (the journal and
+    the worker get the spec that way) as ``None``, distinct from no declared tool (``()``)."""
+    unknown = ResponseSpec("vercel.ui", 200, "text/event-stream", tool_names=None)
+    assert unknown.to_dict()["tool_names"] is None
+    assert ResponseSpec.from_dict(unknown.to_dict()).tool_names is None
+    assert ResponseSpec.from_dict(ResponseSpec("openai.chat", 200).to_dict()).tool_names == ()
+
+
+def test_ai_sdk_tool_calls_are_not_undeclared_through_the_pipeline():
+    """A v5 stream with a server-side tool, fed as the tap feeds it: ``declared`` ``null``, no
+    ``undeclared_tool`` (the app declared the tool on its server)."""
+    rec = observe("vercel.ui", UI_REQUEST, [UI_TOOL_STREAM], content_type="text/event-stream", path="/api/assistant")
+    assert rec["tool_calls"] == [
+        {"index": 0, "id": "call_1", "name": "getWeather", "arguments": '{"city":"Vienna"}', "declared": None}
+    ]
+    assert (rec["text"], rec["violations"], rec["outcome"]) == ("21°C in Vienna.", [], "completed")
+
+
+# ----- request bodies held until the response headers decide (issue 16, item 5) -----
+
+UI_TOOL_STREAM = (
+    b'data: {"type":"start","messageId":"m-2"}\n\n'
+    b'data: {"type":"start-step"}\n\n'
+    b'data: {"type":"tool-input-start","toolCallId":"call_1","toolName":"getWeather"}\n\n'
+    b'data: {"type":"tool-input-delta","toolCallId":"call_1","inputTextDelta":"{\\"city\\":\\"Vienna\\"}"}\n\n'
+    b'data: {"type":"tool-input-available","toolCallId":"call_1","toolName":"getWeather","input":{"city":"Vienna"}}\n\n'
+    b'data: {"type":"tool-output-available","toolCallId":"call_1","output":{"tempC":21}}\n\n'
+    b'data: {"type":"finish-step"}\n\ndata: {"type":"start-step"}\n\n'
+    b'data: {"type":"text-start","id":"t1"}\n\n'
+    b'data: {"type":"text-delta","id":"t1","delta":"21\xc2\xb0C in Vienna."}\n\n'
+    b'data: {"type":"text-end","id":"t1"}\n\ndata: {"type":"finish-step"}\n\n'
+    b'data: {"type":"finish","finishReason":"stop"}\n\ndata: [DONE]\n\n'
+)
+UI_HEADERS = {"content-type": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1"}
+# UI_REQUEST as recorded: 210 bytes; the PDF's base64 "JVBERi0xLjQK" is "%PDF-1.4\n", 9 bytes.
+UI_MESSAGES = [
+    {
+        "id": "m1",
+        "role": "user",
+        "parts": [{"type": "text", "text": "hi"}, {"type": "file", "mediaType": "application/pdf", "data_bytes": 9}],
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "content_type", "held"),
+    [
+        ("POST", "application/json", True),
+        ("POST", "application/json; charset=utf-8", True),
+        ("post", "application/vnd.app+json", True),
+        ("POST", "text/plain;charset=UTF-8", True),  # fetch with a string body and no Content-Type
+        ("POST", None, True),
+        ("POST", "multipart/form-data; boundary=x", False),
+        ("POST", "application/octet-stream", False),
+        ("GET", "application/json", False),
+        ("PUT", "application/json", False),
+    ],
+)
+def test_vercel_may_match_response_names_json_posts(method, content_type, held):
+    headers = {} if content_type is None else {"content-type": content_type}
+    assert VercelUIDialect().may_match_response(RequestView(method, "app.example", "/x", headers)) is held
+
+
+class _App:
+    """The mitmproxy addon around one AI SDK app host (``app.example``, an LLM host by
+    ``llm_hosts_extra``), driven hook by hook as mitmproxy drives a streamed upload."""
+
+    def __init__(self, tctx, addon, **options):
+        self.addon = addon
+        self.records = []
+        tctx.configure(addon, observer_llm_hosts_extra="app.example", **options)
+
+    def flow(self, path="/api/assistant", headers=None, http_version="HTTP/1.1", host="app.example", method="POST"):
+        from mitmproxy.test import tflow
+
+        f = tflow.tflow()
+        f.request.method, f.request.host, f.request.path = method, host, path
+        f.request.http_version = http_version
+        f.request.headers.clear()
+        for k, v in ({"content-type": "application/json"} if headers is None else headers).items():
+            f.request.headers[k] = v
+        f.request.data.content = None  # streamed: mitmproxy keeps no copy
+        f.request.timestamp_end = None  # still uploading
+        f.request.stream = False
+        return f
+
+    def upload(self, f, *chunks, end=True):
+        tap = f.request.stream
+        for c in chunks:
+            assert tap(c) is c  # every chunk passed on unchanged, the same object
+        if end:
+            tap(b"")
+            f.request.timestamp_end = f.request.timestamp_start + 0.01
+            self.addon.request(f)  # mitmproxy's ``request`` hook: at the end of a streamed upload
+
+    def respond(self, f, headers=UI_HEADERS, body=UI_TOOL_STREAM, *, finish=True):
+        from mitmproxy import http
+
+        f.response = http.Response.make(200, b"", headers)
+        f.response.stream = False
+        self.addon.responseheaders(f)
+        tap = f.response.stream
+        assert tap is True or tap(body) is body
+        if finish:
+            self.addon.response(f)
+
+
+@pytest.fixture
+def app():
+    from mitmproxy.test import taddons
+
+    from observer.capture.hooks import LLMAudit
+
+    records: list = []
+    addon = LLMAudit(sink=lambda r: records.append(r.to_dict()) or True, worker=False)
+    with taddons.context(addon) as tctx:
+
+        def make(**options):
+            a = _App(tctx, addon, **options)
+            a.records = records
+            return a
+
+        yield make
+
+
+@pytest.mark.parametrize(
+    ("http_version", "headers"),
+    [
+        ("HTTP/1.1", {"content-type": "application/json", "content-length": "210"}),
+        ("HTTP/1.1", {"content-type": "application/json", "transfer-encoding": "chunked"}),
+        ("HTTP/2.0", {"content-type": "application/json"}),  # HTTP/2: no Content-Length needed
+    ],
+)
+def test_an_ai_sdk_app_on_its_own_route_keeps_its_request(app, http_version, headers):
+    """``POST /api/assistant``: nothing says LLM when the request arrives, so its body streams
+    on (a stream callable, never buffered) with a copy kept; the UI stream header claims it, and
+    the record has the UI request (messages, size, metadata) and the tool call ``declared``
+    ``null`` without ``undeclared_tool``."""
+    a = app()
+    f = a.flow(headers=headers, http_version=http_version)
+    a.addon.requestheaders(f)
+    assert callable(f.request.stream)
+    a.upload(f, UI_REQUEST[:100], UI_REQUEST[100:])
+    a.respond(f)
+    (rec,) = a.records
+    assert (rec["dialect"], rec["path"], rec["outcome"], rec["text"]) == (
+        "vercel.ui",
+        "/api/assistant",
+        "completed",
+        "21°C in Vienna.",
+    )
+    assert rec["request"]["messages"] == UI_MESSAGES
+    assert (rec["request"]["body_bytes"], rec["request"]["metadata"]) == (
+        210,
+        {"id": "c1", "trigger": "submit-message"},
+    )
+    assert rec["tool_calls"] == [
+        {"index": 0, "id": "call_1", "name": "getWeather", "arguments": '{"city":"Vienna"}', "declared": None}
+    ]
+    assert rec["violations"] == []
+    assert "llm_audit.held" not in f.metadata
+
+
+def test_a_held_body_whose_response_is_not_llm_is_dropped(app):
+    """A JSON POST on the LLM host answered with plain JSON: no record, the copy dropped at the
+    response headers, and the rest of the upload still passes (uncopied)."""
+    a = app()
+    f = a.flow(path="/api/settings")
+    a.addon.requestheaders(f)
+    tap = f.request.stream
+    assert tap(b'{"theme":') == b'{"theme":'
+    a.respond(f, headers={"content-type": "application/json"}, body=b'{"ok":true}', finish=False)
+    assert f.response.stream is True and "llm_audit.held" not in f.metadata
+    assert tap.body() is None  # nothing kept
+    assert tap(b'"dark"}') == b'"dark"}'
+    assert tap.body() is None and tap.total_bytes == 16
+    a.addon.response(f)
+    assert a.records == []
+
+
+def test_requests_that_are_not_held_stream_on_untouched(app):
+    """Not held: a JSON POST to a host that is not an LLM host, a multipart upload to one (both
+    ``stream = True``, nothing kept); a request a dialect claims by its path keeps its old
+    path (mitmproxy buffers it: ``stream`` stays False)."""
+    a = app()
+    other = a.flow(host="elsewhere.example")
+    a.addon.requestheaders(other)
+    upload = a.flow(headers={"content-type": "multipart/form-data; boundary=b"})
+    a.addon.requestheaders(upload)
+    chat = a.flow(path="/v1/chat/completions", headers={"content-type": "application/json", "content-length": "2"})
+    a.addon.requestheaders(chat)
+    assert (other.request.stream, upload.request.stream, chat.request.stream) == (True, True, False)
+    assert not any("llm_audit.held" in g.metadata for g in (other, upload, chat))
+
+
+def test_a_held_body_over_the_cap_is_recorded_as_oversize(app):
+    """An upload that outgrows ``max_request_bytes`` (50 bytes here): the copy is dropped at the
+    cap, the bytes still pass, and the claimed record has the size seen and ``oversize_request``
+    (never a silently empty request)."""
+    a = app(observer_max_request_bytes=50)
+    f = a.flow(headers={"content-type": "application/json", "transfer-encoding": "chunked"})
+    a.addon.requestheaders(f)
+    a.upload(f, UI_REQUEST[:40], UI_REQUEST[40:])
+    a.respond(f)
+    (rec,) = a.records
+    assert (rec["request"]["messages"], rec["request"]["body_bytes"]) == ([], 210)
+    assert [(v["kind"], v["detail"]) for v in rec["violations"]] == [
+        ("oversize_request", "request body over 50 bytes not parsed")
+    ]
+
+
+def test_a_body_declared_over_the_cap_is_not_copied(app):
+    """``Content-Length`` over ``max_request_bytes``: no copy is made at all (``stream = True``),
+    and the claimed record has the declared size and ``oversize_request``."""
+    a = app(observer_max_request_bytes=50)
+    f = a.flow(headers={"content-type": "application/json", "content-length": "210"})
+    a.addon.requestheaders(f)
+    assert f.request.stream is True
+    a.respond(f)
+    (rec,) = a.records
+    assert (rec["request"]["messages"], rec["request"]["body_bytes"]) == ([], 210)
+    assert [(v["kind"], v["detail"]) for v in rec["violations"]] == [
+        ("oversize_request", "request body of 210 bytes not parsed")
+    ]
+
+
+def test_a_held_body_still_uploading_at_the_response_headers_is_read_when_it_ends(app):
+    """The response starts before the upload ended (an early answer; HTTP/2): the body is not
+    read half-way (it would not parse) but at the end of the upload, mitmproxy's ``request``
+    hook, and the record has the whole request."""
+    a = app()
+    f = a.flow(headers={"content-type": "application/json"}, http_version="HTTP/2.0")
+    a.addon.requestheaders(f)
+    a.upload(f, UI_REQUEST[:100], end=False)
+    a.respond(f, finish=False)
+    a.upload(f, UI_REQUEST[100:])
+    a.addon.response(f)
+    (rec,) = a.records
+    assert (rec["request"]["messages"], rec["request"]["body_bytes"], rec["violations"]) == (UI_MESSAGES, 210, [])
+
+
+def test_an_exchange_ending_while_its_held_body_uploads_is_an_incomplete_request(app):
+    """The exchange ends before the upload did: ``incomplete_request`` with the bytes seen."""
+    a = app()
+    f = a.flow(headers={"content-type": "application/json"})
+    a.addon.requestheaders(f)
+    a.upload(f, UI_REQUEST[:100], end=False)
+    a.respond(f)
+    (rec,) = a.records
+    assert (rec["request"]["messages"], rec["request"]["body_bytes"]) == ([], 100)
+    assert [(v["kind"], v["detail"]) for v in rec["violations"]] == [
+        ("incomplete_request", "exchange ended before the request body was complete (100 bytes received); not parsed")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "violations"),
+    [
+        ("GET", {}, []),  # resuming a stream: no body, nothing lost
+        (
+            "POST",
+            {"content-type": "multipart/form-data; boundary=b", "content-length": "300"},
+            [
+                (
+                    "invalid_request",
+                    "request body of 300 bytes not kept: a POST of multipart/form-data is not held until the"
+                    " response headers (only the requests a response-recognised dialect may answer are:"
+                    " observer.capture.held)",
+                )
+            ],
+        ),
+    ],
+)
+def test_a_claimed_request_that_was_not_held_says_so(app, method, headers, violations):
+    a = app()
+    f = a.flow(method=method, headers=headers)
+    a.addon.requestheaders(f)
+    assert f.request.stream is True
+    a.respond(f)
+    (rec,) = a.records
+    assert rec["request"]["messages"] == []
+    assert [(v["kind"], v["detail"]) for v in rec["violations"]] == violations

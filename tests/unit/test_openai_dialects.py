@@ -55,6 +55,7 @@ from observer.events import (
     ContentDelta,
     ErrorEvent,
     ModelEvent,
+    ResponseIdentity,
     StopEvent,
     StreamEnd,
     StreamStart,
@@ -395,7 +396,7 @@ def test_chat_legacy_function_call_custom_calls_and_object_arguments():
         ("0:0", 0, "patch", "*** Begin"),
         ("0:1", 1, "obj", '{"b":1,"a":[2]}'),
     ]
-    assert out[-1] == StopEvent(None, "tool_use", "function_call")
+    assert out[-1] == StopEvent(None, "tool_use", "function_call", choice=0)
 
 
 def test_chat_choices_get_their_own_blocks():
@@ -431,7 +432,7 @@ def test_chat_choices_get_their_own_blocks():
 )
 def test_chat_finish_reason_mapping(reason, canonical):
     out = feed(OpenAIChatAdapter(), chunk(finish=reason))
-    assert out[-1] == StopEvent(None, canonical, reason)
+    assert out[-1] == StopEvent(None, canonical, reason, choice=0)
 
 
 def test_chat_identity_model_changes_and_empty_values():
@@ -443,7 +444,13 @@ def test_chat_identity_model_changes_and_empty_values():
         sse({"id": "c1", "model": "m1", "choices": []}),
         sse({"id": "c1", "model": "m2", "choices": []}),
     )
-    assert out == [StreamStart(None, None, "c1"), ModelEvent(None, "m1"), ModelEvent(None, "m2")]
+    # the id is also the response's identity, given once (chunks repeat it)
+    assert out == [
+        StreamStart(None, None, "c1"),
+        ResponseIdentity(None, "c1"),
+        ModelEvent(None, "m1"),
+        ModelEvent(None, "m2"),
+    ]
 
 
 def test_chat_usage_reports():
@@ -503,8 +510,9 @@ def test_chat_openrouter_error_chunk_has_error_and_finish_reason():
     }
     assert feed(OpenAIChatAdapter(), sse(payload)) == [
         StreamStart(None, "openai/gpt-4o", "gen-1"),
+        ResponseIdentity(None, "gen-1"),
         ErrorEvent(None, "502", "Provider disconnected"),
-        StopEvent(None, "error", "error"),
+        StopEvent(None, "error", "error", choice=0),
     ]
 
 
@@ -546,10 +554,11 @@ def test_chat_whole_body_completion():
     out = OpenAIChatAdapter().on_message(JSONFrame(data, len(data)))
     assert out == [
         StreamStart(None, "deepseek-reasoner", "chatcmpl-1"),
+        ResponseIdentity(None, "chatcmpl-1"),
         ContentDelta(None, 1000, "think", "reasoning"),
         ContentDelta(None, 0, "hi", "text"),
         ToolCallEvent(None, 0, "call_1", "f", "{}"),  # function_call beside tool_calls is a mirror, not a call
-        StopEvent(None, "end_turn", "stop"),
+        StopEvent(None, "end_turn", "stop", choice=0),
         UsageEvent(None, 1, 2),
         StreamEnd(None),
     ]
@@ -567,15 +576,18 @@ def test_chat_whole_body_error_at_200_is_an_error_record():
     assert (record["outcome"], record["violations"]) == ("error", [])
 
 
-def test_chat_llama_cpp_error_field_is_ignored_by_the_sse_layer():
+def test_chat_llama_cpp_error_field_is_an_error_with_a_nonstandard_field_violation():
     """llama.cpp before Sept. 2025 sent ``error: {…}`` (a non-standard SSE field) then
-    ``data: [DONE]``: WHATWG drops unknown fields, so the record cannot see that error."""
+    ``data: [DONE]``: WHATWG drops unknown fields, which made such a stream look completed;
+    since issue 16 the observer surfaces the field (``nonstandard_field``) and the chat dialect
+    reads it as the error it is."""
     wire = (
         b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
         b'error: {"code":500,"message":"boom"}\n\ndata: [DONE]\n\n'
     )
     record = observe("openai.chat", b'{"model":"m","messages":[],"stream":true}', [wire], path="/v1/chat/completions")
-    assert (record["outcome"], record["error"], record["text"]) == ("completed", None, "x")
+    assert (record["outcome"], record["error"], record["text"]) == ("error", {"code": "500", "message": "boom"}, "x")
+    assert [v["kind"] for v in record["violations"]] == ["nonstandard_field"]
 
 
 # -- responses adapter ----------------------------------------------------------------------------
@@ -717,6 +729,7 @@ def test_responses_terminal_output_fills_a_stream_without_deltas():
     out = feed(OpenAIResponsesAdapter(), ev("response.completed", 0, response=response))
     assert out == [
         StreamStart(0, "m", "r1"),
+        ResponseIdentity(0, "r1"),
         ContentDelta(0, 0, "S", "reasoning"),
         ContentDelta(0, 1, "R", "reasoning"),
         ContentDelta(0, 2, "T", "text"),
@@ -764,7 +777,7 @@ def test_responses_error_event_shapes():
         ),
         (
             {"object": "response", "id": "r", "status": "queued", "background": True, "output": []},
-            [StreamStart(None, None, "r"), StreamEnd(None)],
+            [StreamStart(None, None, "r"), ResponseIdentity(None, "r"), StreamEnd(None)],
         ),
         (
             {"error": {"message": "no", "type": "invalid_request_error"}},

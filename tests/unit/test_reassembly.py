@@ -14,7 +14,7 @@ from observer.events import (
     UsageEvent,
 )
 from observer.reassembly import EndCause, Reassembler
-from observer.records import Exchange
+from observer.records import Exchange, Usage
 
 
 def run(events, tools=("get_weather",)):
@@ -47,7 +47,8 @@ def test_tool_call_fragments_join_by_key_first_id_and_name_win():
 
 def test_usage_is_assigned_never_added():
     rec = run([UsageEvent(None, 377, 1), UsageEvent(None, None, 65), UsageEvent(None, None, 70), StreamEnd(None)])
-    assert rec.usage.to_dict() == {"input_tokens": 377, "output_tokens": 70, "reported": True}
+    assert (rec.usage.input_tokens, rec.usage.output_tokens, rec.usage.reported) == (377, 70, True)
+    assert rec.usage.to_dict() == Usage(377, 70, reported=True).to_dict()
 
 
 def test_stop_event_and_model_updates():

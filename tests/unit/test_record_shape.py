@@ -30,6 +30,9 @@ RECORD_KEYS = [
     "path",
     "method",
     "http_version",
+    "client_address",
+    "proxy_user",
+    "key_fingerprint",
     "status_code",
     "started_at",
     "ended_at",
@@ -39,7 +42,12 @@ RECORD_KEYS = [
     "request_model",
     "model",
     "text",
+    "response_id",
+    "system_fingerprint",
+    "service_tier",
     "blocks",
+    "reasoning",
+    "choices",
     "tool_calls",
     "usage",
     "stop_reason",
@@ -52,6 +60,8 @@ RECORD_KEYS = [
     "response_bytes",
     "events",
     "provenance",
+    "request_last_event_id",
+    "last_event_id",
 ]
 
 
@@ -92,7 +102,17 @@ def test_to_dict_by_hand() -> None:
     assert [b["index"] for b in d["blocks"]] == [0, 1, 2]
     assert d["blocks"][0] == {"index": 0, "type": "text", "text": "a", "stop_reason": "end_turn"}
     assert d["tool_calls"] == [{"index": 0, "id": "c1", "name": "f", "arguments": "{}", "declared": True}]
-    assert d["usage"] == {"input_tokens": 3, "output_tokens": None, "reported": True}
+    assert d["usage"] == {
+        "input_tokens": 3,
+        "output_tokens": None,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": None,
+        "reported": True,
+    }
+    assert (d["reasoning"], d["choices"], d["response_id"]) == ("r", None, None)
     assert d["error"] == {"code": "e", "message": None}
     assert d["outcome"] == "error" and type(d["outcome"]) is str
     assert d["violations"] == [{"kind": "seq_gap", "seq": 2**63 - 1, "detail": "d"}]
@@ -148,7 +168,12 @@ def test_compiled_to_dict_is_one_dict_display() -> None:
     """to_dict is compiled from the keys: attribute reads and converter calls, nothing else."""
     assert Usage.to_dict_source == (
         "def to_dict(self):\n    return {\n        'input_tokens': self.input_tokens,\n"
-        "        'output_tokens': self.output_tokens,\n        'reported': self.reported,\n    }\n"
+        "        'output_tokens': self.output_tokens,\n"
+        "        'cache_read_input_tokens': self.cache_read_input_tokens,\n"
+        "        'cache_creation_input_tokens': self.cache_creation_input_tokens,\n"
+        "        'reasoning_output_tokens': self.reasoning_output_tokens,\n"
+        "        'total_tokens': self.total_tokens,\n        'details': self.details,\n"
+        "        'reported': self.reported,\n    }\n"
     )
     assert "'error': None if self.error is None else self.error.to_dict()," in Exchange.to_dict_source
 
@@ -265,6 +290,7 @@ def test_make_portable_cleans_every_string_field() -> None:
         ("", rec),
         ("request.", rec.request),
         ("error.", rec.error),
+        ("usage.", rec.usage),
         ("blocks.", rec.blocks[0]),
         ("tool_calls.", rec.tool_calls[0]),
         ("violations.", rec.violations[0]),

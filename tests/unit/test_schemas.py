@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from observer.api.schemas import (
     BlockOut,
+    ChoiceOut,
     ErrorInfoOut,
     ExchangeOut,
     ExchangeSummary,
@@ -44,20 +45,26 @@ SCHEMA_OF: dict[type[Shaped], type[BaseModel]] = {
 #: Content a viewer does not get (``observer.api.routers.exchanges.withhold_content``): null then.
 WITHHELD = {
     (Exchange, "text"),
+    (Exchange, "reasoning"),
     (Block, "text"),
     (ToolCall, "arguments"),
     (RequestFacts, "messages"),
     (RequestFacts, "tools"),
     (RequestFacts, "metadata"),
 }
+#: Keys held as plain JSON in the record whose schema spells out their items (each choice's
+#: ``text`` is withheld content, hence nullable there).
+ITEMS = {(Exchange, "choices"): list[ChoiceOut] | None}
 #: Keys the API adds after the record's own: the store's conversation link and the withholding flag.
-ADDED = {Exchange: ["conversation_id", "content_withheld"]}
+ADDED = {Exchange: ["conversation_id", "resumes_id", "key_owner", "content_withheld"]}
 
 
 def expected_annotation(cls: type[Shaped], name: str) -> Any:
     """The JSON-side annotation of key ``name`` of ``cls``: times as strings, nested records as
     their schema, withheld content nullable, everything else as the field (or derived property)
     declares it."""
+    if (cls, name) in ITEMS:
+        return ITEMS[cls, name]
     annotation = _annotation(cls, name)
     return annotation | None if (cls, name) in WITHHELD else annotation
 

@@ -65,6 +65,7 @@ def sample(spec: SettingSpec) -> Any:
         "db": "sqlite:///sample.db",
         "dialect_registry": "tests.unit.test_settings:sample_registry",
         "intercept": "all",
+        "client_address": "pseudonym",
         "protected_upstreams": "sample.example:5000",
     }
     return special.get(spec.name, f"sample-{spec.name}")

@@ -17,6 +17,13 @@ from tests.wirefeed import CUT_POINTS, bytewise, feed, feed_each_way
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "wire" / "sse"
 UNTERMINATED = "unterminated_final_event"
 OVERSIZE = "oversize_event"
+NONSTANDARD = "nonstandard_field"
+
+
+def ignored(name: str, n: int) -> Violation:
+    """The ``nonstandard_field`` violation naming an ignored field ``name`` of ``n`` value bytes."""
+    size = "1 byte" if n == 1 else f"{n} bytes"
+    return Violation(NONSTANDARD, None, f"field {name!r} ({size}) is not an SSE field: ignored, as WHATWG §9.2.6 says")
 
 
 def ev(data: str, size: int, event: str = "", id: str | None = None, retry: int | None = None) -> tuple:
@@ -127,7 +134,14 @@ def test_trailing_garbage_gives_same_events_before_it(name, garbage, points):
     assert feed_each_way(decoder(), fixture(name) + garbage, points, close=False) == expected
     out = feed_each_way(decoder(), fixture(name) + garbage, points)
     assert out[: len(expected)] == expected
-    assert kinds(out[len(expected) :]) in ([UNTERMINATED], ["event", UNTERMINATED])
+    # The garbage is a last line: data, another field (named, or surfaced as an event when its
+    # value is JSON-like: observer.wire.recovery), or nothing WHATWG reads.
+    assert kinds(out[len(expected) :]) in (
+        [UNTERMINATED],
+        ["event", UNTERMINATED],
+        [NONSTANDARD, UNTERMINATED],
+        [NONSTANDARD, "event", UNTERMINATED],
+    )
 
 
 @pytest.mark.parametrize("name", COMPLETE_NAMES)
@@ -244,21 +258,23 @@ def test_bom_split_across_chunks(cut):
 
 
 def test_second_bom_kept():
-    # The second BOM is content: it becomes part of the field name, so the field is unknown.
-    assert decode([b"\xef\xbb\xbf\xef\xbb\xbfdata: x\n\n"]) == []
-    assert decode(bytewise(b"\xef\xbb\xbf\xef\xbb\xbfdata: x\n\n")) == []
+    # The second BOM is content: it becomes part of the field name, so the field is unknown
+    # (and named: a field WHATWG ignores is put on record).
+    assert decode([b"\xef\xbb\xbf\xef\xbb\xbfdata: x\n\n"]) == [ignored("\ufeffdata", 1)]
+    assert decode(bytewise(b"\xef\xbb\xbf\xef\xbb\xbfdata: x\n\n")) == [ignored("\ufeffdata", 1)]
     # A BOM inside a value is data.
     assert decode([b"\xef\xbb\xbfdata: \xef\xbb\xbfx\n\n"]) == [ev("\ufeffx", 12)]
 
 
 def test_bom_later_in_stream_is_not_stripped():
-    assert decode([b"data: a\n\n", b"\xef\xbb\xbfdata: b\n\n"]) == [ev("a", 9)]
+    assert decode([b"data: a\n\n", b"\xef\xbb\xbfdata: b\n\n"]) == [ev("a", 9), ignored("\ufeffdata", 1)]
 
 
 def test_bom_prefix_that_is_not_a_bom():
-    assert decode([b"\xef", b"\xbbdata: x\n\ndata: y\n\n"]) == [ev("y", 9)]
+    assert decode([b"\xef", b"\xbbdata: x\n\ndata: y\n\n"]) == [ignored("\ufffddata", 1), ev("y", 9)]
     assert decode([b"\xef\xbb"]) == [
-        Violation(kind=UNTERMINATED, detail="stream ended inside an event block with no data (2 bytes discarded)")
+        ignored("\ufffd", 0),  # the two bytes are a last line: a field (named, with replacement)
+        Violation(kind=UNTERMINATED, detail="stream ended inside an event block with no data (2 bytes discarded)"),
     ]
 
 
@@ -284,8 +300,15 @@ def test_only_one_space_removed_and_colon_in_value():
 
 
 def test_unknown_fields_and_case_ignored():
-    assert decode([b"Data: x\nfoo: bar\ndata : y\nevent: e\n\n"]) == []
-    assert decode([b"foo: bar\ndata: y\n\n"]) == [ev("y", 18)]
+    """Field names are case- and space-sensitive; an unknown field is ignored (WHATWG) but named
+    once per stream (observer.wire.recovery)."""
+    assert decode([b"Data: x\nfoo: bar\ndata : y\nevent: e\n\n"]) == [
+        ignored("Data", 1),
+        ignored("foo", 3),
+        ignored("data ", 1),
+    ]
+    assert decode([b"foo: bar\ndata: y\n\n"]) == [ignored("foo", 3), ev("y", 18)]
+    assert decode([b"foo: bar\ndata: y\n\nfoo: baz\ndata: z\n\n"]) == [ignored("foo", 3), ev("y", 18), ev("z", 18)]
 
 
 def test_event_type_last_wins_and_resets():
@@ -358,8 +381,8 @@ def test_unterminated_final_event_without_data():
         ev("a", 9),
         Violation(kind=UNTERMINATED, detail="stream ended inside an event block with no data (9 bytes discarded)"),
     ]
-    # Only a partial line that is not a data field.
-    assert kinds(decode([b"dat"])) == [UNTERMINATED]
+    # Only a partial line that is not a data field (a field named "dat", named).
+    assert kinds(decode([b"dat"])) == [NONSTANDARD, UNTERMINATED]
 
 
 def test_close_with_nothing_pending():
@@ -523,10 +546,10 @@ def test_crlf_whole_blocks():
     [
         (b"data: a\rdata: b\r\n\r\n", [ev("a\nb", 19)]),  # a bare CR ends a line inside a CRLF block
         (b"event: e\rdata: x\r\n\r\n", [ev("x", 20, event="e")]),
-        (b"event: e\r\ndata: x\ry\r\n\r\n", [ev("x", 23, event="e")]),  # "y": a field, ignored
+        (b"event: e\r\ndata: x\ry\r\n\r\n", [ignored("y", 0), ev("x", 23, event="e")]),  # "y": a field, ignored
         (b"event: e\ndata: x\r\n\r\n", [ev("x", 20, event="e")]),
-        (b"event: e\rz\r\ndata: x\r\n\r\n", [ev("x", 23, event="e")]),  # "z": a field, ignored
-        (b"event: e\nz\r\ndata: x\r\n\r\n", [ev("x", 23, event="e")]),
+        (b"event: e\rz\r\ndata: x\r\n\r\n", [ignored("z", 0), ev("x", 23, event="e")]),  # "z": a field, ignored
+        (b"event: e\nz\r\ndata: x\r\n\r\n", [ignored("z", 0), ev("x", 23, event="e")]),
         (b"data: a\ndata: b\r\n\r\n", [ev("a\nb", 19)]),  # a bare LF
         (b"data: a\r\n\r\n\r\ndata: b\r\n\r\n", [ev("a", 11), ev("b", 11)]),  # an extra blank line
     ],

@@ -30,6 +30,9 @@ def full_record() -> Exchange:
         path="/v1/messages",
         method="POST",
         http_version="HTTP/2.0",
+        client_address="10.20.30.40",
+        proxy_user="jörg",
+        key_fingerprint="hmac-sha256:0123456789abcdef0123456789abcdef",
         status_code=200,
         started_at=datetime(2025, 6, 1, 12, 0, 0, 123456, tzinfo=UTC),
         ended_at=datetime(2025, 6, 1, 12, 0, 3, 500000, tzinfo=UTC),
@@ -51,6 +54,12 @@ def full_record() -> Exchange:
             body_bytes=27811,
         ),
         model="claude-sonnet-4-5-20250929",
+        response_id="msg_01XFDUDYJgAACzvnptvVoYEL",
+        service_tier="priority",
+        choices=[
+            {"index": 0, "text": "Es ist 21:00 Uhr", "stop_reason": None, "stop_reason_raw": None},
+            {"index": 1, "text": " in Tōkyō. 🗼", "stop_reason": "end_turn", "stop_reason_raw": "end_turn"},
+        ],
         blocks=[
             Block(index=1, type="text", text=" in Tōkyō. 🗼", stop_reason="end_turn"),
             Block(index=2, type="reasoning", text="The user wants the time."),
@@ -60,7 +69,15 @@ def full_record() -> Exchange:
             ToolCall(index=0, id="toolu_01A", name="get_time", arguments='{"tz": "Asia/Tokyo"}', declared=True),
             ToolCall(index=1, id="toolu_01B", name="rm_rf", arguments='{"path":"/"', declared=False),
         ],
-        usage=Usage(input_tokens=1234, output_tokens=56, reported=True),
+        usage=Usage(
+            input_tokens=1234,
+            output_tokens=56,
+            cache_read_input_tokens=2**53 + 1,
+            cache_creation_input_tokens=0,
+            total_tokens=None,
+            details={"cache_creation": {"ephemeral_1h": 3}, "output": {"thinking": 2}},
+            reported=True,
+        ),
         stop_reason="tool_calls",
         stop_reason_raw="tool_use",
         error=ErrorInfo(code="overloaded_error", message="Überlastet — bitte später erneut"),
@@ -159,7 +176,19 @@ def test_round_trip_hand_checked_values(store: AuditStore) -> None:
     assert [b["index"] for b in full["blocks"]] == [0, 1, 2]
     assert full["request_model"] == "claude-sonnet-4-5"
     assert full["model"] == "claude-sonnet-4-5-20250929"
-    assert full["usage"] == {"input_tokens": 1234, "output_tokens": 56, "reported": True}
+    assert full["usage"] == {
+        "input_tokens": 1234,
+        "output_tokens": 56,
+        "cache_read_input_tokens": 9007199254740993,
+        "cache_creation_input_tokens": 0,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": {"cache_creation": {"ephemeral_1h": 3}, "output": {"thinking": 2}},
+        "reported": True,
+    }
+    assert (full["client_address"], full["proxy_user"], full["service_tier"]) == ("10.20.30.40", "jörg", "priority")
+    assert full["reasoning"] == "The user wants the time."
+    assert [c["text"] for c in full["choices"]] == ["Es ist 21:00 Uhr", " in Tōkyō. 🗼"]
     assert [v["seq"] for v in full["violations"]] == [9007199254740993, None, 9223372036854775807]
     assert full["tool_calls"][1] == {
         "index": 1,
@@ -174,7 +203,17 @@ def test_round_trip_hand_checked_values(store: AuditStore) -> None:
 
     aborted = store.get("5f0c2a9b-3d41-4e8a-b7c6-000000000002")
     assert aborted is not None
-    assert aborted["usage"] == {"input_tokens": None, "output_tokens": None, "reported": False}
+    assert aborted["usage"] == {
+        "input_tokens": None,
+        "output_tokens": None,
+        "cache_read_input_tokens": None,
+        "cache_creation_input_tokens": None,
+        "reasoning_output_tokens": None,
+        "total_tokens": None,
+        "details": None,
+        "reported": False,
+    }
+    assert (aborted["response_id"], aborted["choices"], aborted["key_fingerprint"]) == (None, None, None)
     assert aborted["error"] == {"code": None, "message": None}
     assert aborted["tool_calls"] == [{"index": None, "id": None, "name": None, "arguments": "", "declared": False}]
 
@@ -293,8 +332,19 @@ def test_list_item_shape(store: AuditStore) -> None:
             "request_id": "msg_01XFDUDYJgAACzvnptvVoYEL",
             "request_model": "claude-sonnet-4-5",
             "end_user": None,
+            "proxy_user": "jörg",
+            "key_fingerprint": "hmac-sha256:0123456789abcdef0123456789abcdef",
             "model": "claude-sonnet-4-5-20250929",
-            "usage": {"input_tokens": 1234, "output_tokens": 56, "reported": True},
+            "usage": {
+                "input_tokens": 1234,
+                "output_tokens": 56,
+                "cache_read_input_tokens": 9007199254740993,
+                "cache_creation_input_tokens": 0,
+                "reasoning_output_tokens": None,
+                "total_tokens": None,
+                "details": {"cache_creation": {"ephemeral_1h": 3}, "output": {"thinking": 2}},
+                "reported": True,
+            },
             "stop_reason": "tool_calls",
             "error": {"code": "overloaded_error", "message": "Überlastet — bitte später erneut"},
             "outcome": "error",

@@ -119,6 +119,7 @@ ALL_CASES = [(d, c) for d in dialect_dirs() for c in cases(d)]
 # Fixtures of a stream cut into turns with nothing after the last (no final facts): by hand,
 # from their bytes (tests/fixtures/wire/connect.cursor: each ends with turn_ended and heartbeats).
 MULTI_TURN_EMPTY_TAIL = {
+    ("connect.cursor", "cached_turn"),
     ("connect.cursor", "no_usage"),
     ("connect.cursor", "run_turn"),
     ("connect.cursor", "second_turn"),

@@ -88,14 +88,17 @@ def get_exchange(
 
 
 def withhold_content(record: dict[str, Any]) -> dict[str, Any]:
-    """The record without its content (what a viewer gets): ``text``, each block's ``text``,
-    each tool call's ``arguments``, ``request.messages``, ``request.tools`` (declared tools'
+    """The record without its content (what a viewer gets): ``text``, ``reasoning``, each
+    block's ``text``, each choice's ``text``, each tool call's ``arguments``, ``request.messages``, ``request.tools`` (declared tools'
     descriptions and schemas; their names stay in ``request.tool_names``), ``request.metadata``
     and ``response_body`` set to ``null``,
     ``content_withheld`` true. The caller's dict is not changed."""
     out = dict(record)
     out["text"] = None
+    out["reasoning"] = None
     out["blocks"] = [{**b, "text": None} for b in record.get("blocks") or ()]
+    if record.get("choices") is not None:
+        out["choices"] = [{**c, "text": None} for c in record["choices"]]
     out["tool_calls"] = [{**t, "arguments": None} for t in record.get("tool_calls") or ()]
     request = dict(record.get("request") or {})
     request["messages"] = None
