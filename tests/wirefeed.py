@@ -160,6 +160,7 @@ def observe(
         started_at=datetime.fromtimestamp(T0, tz=timezone.utc),
         status_code=status,
         request=facts,
+        request_last_event_id=headers.get("last-event-id"),  # as the proxy's sender reads it
     )
     spec = ResponseSpec(
         dialect.name,

@@ -43,6 +43,18 @@ from tests.e2e.servers import (
 )
 from tests.e2e.test_sdk_clients import SdkRun, TimedTransport, assert_record_equals_sdk, is_api_error
 
+#: A record's usage when no usage event came: every count null (not reported), never 0.
+UNREPORTED = {
+    "input_tokens": None,
+    "output_tokens": None,
+    "cache_read_input_tokens": None,
+    "cache_creation_input_tokens": None,
+    "reasoning_output_tokens": None,
+    "total_tokens": None,
+    "details": None,
+    "reported": False,
+}
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 WEATHER_TOOL = {
@@ -262,7 +274,7 @@ def test_llama_streams_real_tokens(llama: LlamaCppServer, recorded: Any) -> None
     assert rec["stop_reason_raw"] in ("stop", "length")
     assert rec["stop_reason"] == {"stop": "end_turn", "length": "max_tokens"}[rec["stop_reason_raw"]]
     # llama-cpp-python ignores stream_options.include_usage: no usage in the stream, so none recorded
-    assert run.input_tokens is None and rec["usage"] == {"input_tokens": None, "output_tokens": None, "reported": False}
+    assert run.input_tokens is None and rec["usage"] == UNREPORTED
     assert rec["ttft_s"] is not None and 0 < rec["ttft_s"] <= elapsed + 0.5
     assert rec["events"] >= len(run.times) - 1
     import openai
@@ -611,7 +623,7 @@ def test_katan_bedrock_converse_stream_sse_framing_recorded_as_violation(katan: 
     # the record: the answer was seen (every byte) but none of it read, and it says so
     assert rec["response_bytes"] == len(body)
     assert (rec["text"], rec["blocks"], rec["tool_calls"], rec["events"]) == ("", [], [], 0)
-    assert rec["usage"] == {"input_tokens": None, "output_tokens": None, "reported": False}
+    assert rec["usage"] == UNREPORTED
     assert (rec["stop_reason"], rec["stop_reason_raw"], rec["ttft_s"], rec["error"]) == (None, None, None, None)
     # katan ended its answer normally and not one frame could be read: ``unreadable`` ("the
     # response ended normally but the observer could not read it"), not ``truncated``, and no
