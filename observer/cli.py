@@ -165,9 +165,11 @@ def _check_settings(settings: Settings) -> None:
     """What ``observer run`` checks of its settings before it makes or starts anything (exit 2,
     one line, for the first problem): the dialect registry imports, the store URL parses and its
     driver is installed (a SQLite file's folder exists, or is the data folder), the API's TLS
-    certificate and key are a readable PEM pair or both unset, and the alerts file reads and
-    checks (``load_alert_config``). Nothing is connected, made or written."""
+    certificate and key are a readable PEM pair or both unset, the alerts file reads and checks
+    (``load_alert_config``), and the fingerprint key, when its file exists, is one
+    (``observer.identity``). Nothing is connected, made or written."""
     from observer.alerting.rules import load_alert_config
+    from observer.identity import FingerprintKey
 
     try:
         load_registry(settings.dialect_registry)
@@ -178,6 +180,7 @@ def _check_settings(settings: Settings) -> None:
         settings.api_tls_files()
         if settings.alerts_file is not None:
             load_alert_config(settings.alerts_file)
+        FingerprintKey.load_if_present(settings.fingerprint_key_path)
     except (ObserverError, ConfigError) as exc:
         _fail(f"invalid settings: {exc}")
 
@@ -725,8 +728,9 @@ def token_revoke(
 def _fingerprint_of_input(settings: Settings, fingerprint: str | None) -> str:
     """``fingerprint`` as given, else the fingerprint of the credential read from standard input
     (a hidden prompt on a terminal; its first line otherwise): never from the command line, which
-    other users of the host can read and shells keep. Exit 2 for an empty credential or a key
-    file that cannot be read or made (``observer.identity``)."""
+    other users of the host can read and shells keep. Exit 2 for an empty credential, or a key
+    file that is missing (never made here: ``observer run`` makes it) or not a key
+    (``observer.identity``)."""
     from observer.identity import FingerprintKey, credential_of_authorization
 
     if fingerprint is not None:
@@ -741,9 +745,14 @@ def _fingerprint_of_input(settings: Settings, fingerprint: str | None) -> str:
     if not secret:
         _fail("no API key on standard input (or give --fingerprint)")
     try:
-        key = FingerprintKey.load_or_create(settings.fingerprint_key_path)
+        key = FingerprintKey.load_if_present(settings.fingerprint_key_path)
     except ConfigError as exc:
         _fail(str(exc))
+    if key is None:  # a new secret would give fingerprints that match no record (trial finding)
+        _fail(
+            f"no fingerprint key {settings.fingerprint_key_path}: run this where observer run keeps its data"
+            " (OBSERVER_DATA_DIR or data_dir in observer.toml), or set OBSERVER_FINGERPRINT_KEY, or give --fingerprint"
+        )
     return key.fingerprint(secret)
 
 

@@ -10,8 +10,11 @@ of ``x-api-key`` (Anthropic), ``api-key`` (Azure OpenAI), ``x-goog-api-key`` (Ge
 (Windsurf's metadata) are never read, so such requests have none.
 
 **The fingerprint** (``FingerprintKey.fingerprint``) is ``"hmac-sha256:"`` and the first 32 hex
-digits (128 bits) of HMAC-SHA256 under a 32-byte key kept in a file outside the database
-(setting ``fingerprint_key``, made on first start with mode 0600, like the checkpoint key). The
+digits (128 bits) of HMAC-SHA256 under a key derived from a 32-byte secret kept in a file
+outside the database (setting ``fingerprint_key``, made on first start with mode 0600, like the
+checkpoint key): K_f = HMAC-SHA256(secret, ``FINGERPRINT_DOMAIN``); the client-address
+pseudonyms use K_a = HMAC-SHA256(secret, ``ADDRESS_DOMAIN``), so that neither can be made to
+equal the other. The
 credential itself is never stored or logged; without the key file, a fingerprint does not let
 anyone test a guessed credential (unlike a plain hash), and with it ``observer key-owner add``
 answers "which key" by computing the same fingerprint of a key an administrator holds. Rotating
@@ -20,8 +23,8 @@ up).
 
 **The client address** (setting ``client_address``): ``address`` (the TCP peer's IP as the
 proxy saw it, the default: an organisation's proxy sees internal addresses an incident review
-needs), ``pseudonym`` (``"hmac-sha256:"`` + 32 hex digits of the address under the same key:
-the same client gives the same pseudonym, the address is not kept) or ``off``.
+needs), ``pseudonym`` (``"hmac-sha256:"`` + 32 hex digits of the address under K_a: the same
+client gives the same pseudonym, the address is not kept) or ``off``.
 
 Pure but for the key file: no mitmproxy, no clock.
 """
@@ -49,6 +52,9 @@ __all__ = [
 FINGERPRINT_PREFIX = "hmac-sha256:"
 FINGERPRINT_HEX = 32  # hex digits kept: 128 bits, no collision among any organisation's keys
 KEY_BYTES = 32
+#: The two uses of the secret, each with a key of its own derived from it (domain separation).
+FINGERPRINT_DOMAIN = b"llm-stream-observer:key-fingerprint"
+ADDRESS_DOMAIN = b"llm-stream-observer:client-address"
 #: Headers that carry an API key as their whole value, in the order they are looked at.
 KEY_HEADERS = ("x-api-key", "api-key", "x-goog-api-key")
 #: Query parameters that carry an API key (Gemini ``?key=``).
@@ -103,7 +109,10 @@ class FingerprintKey:
     def __init__(self, secret: bytes, path: Path | None = None) -> None:
         if len(secret) != KEY_BYTES:
             raise ValueError(f"a fingerprint key is {KEY_BYTES} bytes, not {len(secret)}")
-        self._secret = secret
+        # One key per use (domain separation): a credential crafted as an address's text must
+        # not fingerprint to that address's pseudonym (trial finding: it did, with one key).
+        self._fingerprints = hmac.new(secret, FINGERPRINT_DOMAIN, hashlib.sha256).digest()
+        self._addresses = hmac.new(secret, ADDRESS_DOMAIN, hashlib.sha256).digest()
         self.path = path
 
     @classmethod
@@ -148,17 +157,24 @@ class FingerprintKey:
         return cls.load_or_create(path)
 
     def fingerprint(self, value: str) -> str:
-        """``"hmac-sha256:"`` + the first 32 hex digits of HMAC-SHA256(key, UTF-8 of ``value``)."""
-        mac = hmac.new(self._secret, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
-        return FINGERPRINT_PREFIX + mac.hexdigest()[:FINGERPRINT_HEX]
+        """``"hmac-sha256:"`` + the first 32 hex digits of HMAC-SHA256(K_f, UTF-8 of ``value``),
+        K_f = HMAC-SHA256(secret, ``FINGERPRINT_DOMAIN``)."""
+        return _mac(self._fingerprints, value)
 
     def client_address(self, address: str | None, mode: str) -> str | None:
-        """The client address to record under ``mode`` (``CLIENT_ADDRESS_MODES``)."""
+        """The client address to record under ``mode`` (``CLIENT_ADDRESS_MODES``): for
+        ``pseudonym``, ``"hmac-sha256:"`` + 32 hex digits of HMAC-SHA256(K_a, the address),
+        K_a = HMAC-SHA256(secret, ``ADDRESS_DOMAIN``)."""
         if address is None or mode == "off":
             return None
         if mode == "pseudonym":
-            return self.fingerprint(f"client-address:{address}")
+            return _mac(self._addresses, address)
         return address
+
+
+def _mac(key: bytes, value: str) -> str:
+    mac = hmac.new(key, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return FINGERPRINT_PREFIX + mac.hexdigest()[:FINGERPRINT_HEX]
 
 
 def fingerprint_of_headers(

@@ -40,13 +40,22 @@ def sender_of(flow: Any, key: FingerprintKey | None, address_mode: str) -> dict[
     fingerprint = None
     if key is not None:
         fingerprint = fingerprint_of_headers(key, flow.request.headers.items(multi=True), flow.request.path)
-    resumed = flow.request.headers.get("last-event-id")
+    resumed = _text(flow.request.headers.get("last-event-id"))
     return {
         "client_address": client_address,
         "proxy_user": user[:MAX_USER] if user else None,
         "key_fingerprint": fingerprint,
         "last_event_id": clip(resumed, MAX_NAME_CHARS) or None,
     }
+
+
+def _text(value: str | None) -> str | None:
+    """A header value as text: mitmproxy keeps bytes that are not UTF-8 as lone surrogates
+    (``surrogateescape``), which no store can hold (trial finding: such a ``Last-Event-ID`` got
+    the whole record refused); they become U+FFFD."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def stamp_sender(exchange: Exchange, sender: dict[str, str | None]) -> None:

@@ -24,8 +24,9 @@ Formats (``FORMATS``):
   record: the summary's scalars, the text, and the nested parts (``request``, ``blocks``,
   ``tool_calls``, ``violations``, ``error``, ``provenance``: where an offline-ingested record
   came from, ``null`` for one observed live; ``usage_details``, ``choices``) as JSON text; since
-  format v3 also the response identity, the cache / reasoning / total token counts and the
-  joined ``reasoning`` text. An empty cell is ``null`` (or an empty
+  format v3 also the response identity, the cache / reasoning / total token counts, the
+  joined ``reasoning`` text, who sent it (``client_address``, ``proxy_user``,
+  ``key_fingerprint``) and the resumption ids. An empty cell is ``null`` (or an empty
   string: CSV cannot tell them apart; the JSON cells can), booleans ``true``/``false``. Tabular
   formats get one schema per file, hence the separate gaps file.
 - ``parquet`` (needs ``pyarrow``: the ``parquet`` extra): ``exchanges.parquet`` and
@@ -104,6 +105,11 @@ RECORD_COLUMNS = (
     "usage_details",
     "choices",
     "reasoning",
+    "client_address",
+    "proxy_user",
+    "key_fingerprint",
+    "request_last_event_id",
+    "last_event_id",
 )
 #: The record columns of exports in format v2 (before the usage details and response identity).
 RECORD_COLUMNS_V2 = RECORD_COLUMNS[: RECORD_COLUMNS.index("provenance") + 1]
@@ -331,6 +337,11 @@ def record_row(item: dict[str, Any]) -> list[Any]:
         dumps(usage["details"]).decode(),
         dumps(item["choices"]).decode(),
         item["reasoning"],
+        item["client_address"],
+        item["proxy_user"],
+        item["key_fingerprint"],
+        item["request_last_event_id"],
+        item["last_event_id"],
     ]
 
 

@@ -51,7 +51,9 @@ def _text(name: str, value: str | None, *, required: bool = False) -> str | None
             raise KeyOwnerError(f"{name} is required")
         return None
     value = value.strip()
-    if (required and not value) or len(value) > TEXT_MAX or any(ord(c) < 32 for c in value):
+    # isprintable: no control (C0, DEL, C1), format (bidi overrides, zero-width) or surrogate
+    # characters (an argument that was not UTF-8): trial finding, they passed a C0-only check.
+    if (required and not value) or len(value) > TEXT_MAX or not value.isprintable():
         raise KeyOwnerError(f"{name}: 1..{TEXT_MAX} printable characters")
     return value or None
 

@@ -63,7 +63,7 @@ from observer.store.chain import (
 from observer.store.checkpoint import ZERO_HASH, check_checkpoint, key_id, note_hash
 from observer.store.events import events as store_events
 from observer.store.holds import HOLD_COLUMNS, expected_holds, hold_record_ids, list_holds
-from observer.store.models import ApiTokenRow, ExchangeRow, GapRow, PurgedRunRow
+from observer.store.models import ApiTokenRow, ExchangeRow, GapRow, KeyOwnerRow, PurgedRunRow
 from observer.store.reader import RecordFilter, RecordReader
 from observer.store.store import AuditStore
 
@@ -423,7 +423,11 @@ def _verify_store_chain(
             f"purge event {differing[0]}: the purged runs differ from those it committed to (added, changed or deleted)"
         )
         return Break(store_id, differing[0], None, reason), heads
-    brk = _check_holds(store, store_id, events) or _check_tokens(store, store_id, events)
+    brk = (
+        _check_holds(store, store_id, events)
+        or _check_tokens(store, store_id, events)
+        or _check_key_owners(store, store_id, events)
+    )
     if brk is None and keys:
         brk = _check_checkpoints(store_id, checkpoints, heads, keys, store_id, len(events), None, None, any_key=True)
         report.checkpoints += len(checkpoints)
@@ -531,6 +535,33 @@ def _check_tokens(store: AuditStore, store_id: str, events: list[dict[str, Any]]
         changed = next((k for k in actual if want[k] != actual[k]), None)
         if changed is not None:
             return Break(store_id, want["seq"], None, f"token {token_id}: {changed} differs from its chained events")
+    return None
+
+
+def _check_key_owners(store: AuditStore, store_id: str, events: list[dict[str, Any]]) -> Break | None:
+    """``key_owners`` against the ``key_owner_set`` events (``observer.store.keyowners``): a row
+    inserted, deleted, or given another owner, team or note without its event is a break (an
+    attribution forged in the table would otherwise name the wrong person in every record)."""
+    expected: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["kind"] == "key_owner_set":
+            detail = e["detail"]
+            expected[detail["fingerprint"]] = {**detail, "seq": e["seq"]}
+    table = KeyOwnerRow.__table__
+    with store.engine.connect() as conn:
+        stored = {r.fingerprint: r for r in conn.execute(select(table))}
+    for fingerprint in sorted(set(expected) | set(stored)):
+        want, have = expected.get(fingerprint), stored.get(fingerprint)
+        if want is None:
+            return Break(store_id, None, None, f"key owner of {fingerprint} has no chained event (inserted)")
+        if have is None:
+            return Break(store_id, want["seq"], None, f"key owner of {fingerprint} deleted from key_owners")
+        actual = {"owner": have.owner, "team": have.team, "note": have.note}
+        changed = next((k for k in actual if want[k] != actual[k]), None)
+        if changed is not None:
+            return Break(
+                store_id, want["seq"], None, f"key owner of {fingerprint}: {changed} differs from its chained events"
+            )
     return None
 
 

@@ -36,16 +36,21 @@ def _draft_request(tid: str) -> dict[str, Any]:
     }
 
 
-def _openssl_fingerprint(key_file: Path, credential: str) -> str:
-    secret_hex = key_file.read_text().strip()
+def _openssl_hmac(key_hex: str, data: bytes) -> str:
     out = subprocess.run(
-        ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{secret_hex}"],
-        input=credential.encode(),
+        ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{key_hex}"],
+        input=data,
         capture_output=True,
         check=True,
         timeout=30,
     ).stdout.decode()
-    return "hmac-sha256:" + out.strip().rsplit(" ", 1)[-1][:32]
+    return out.strip().rsplit(" ", 1)[-1]
+
+
+def _openssl_fingerprint(key_file: Path, credential: str) -> str:
+    """HMAC(K_f, credential), K_f = HMAC(secret, "llm-stream-observer:key-fingerprint") (observer.identity)."""
+    k_f = _openssl_hmac(key_file.read_text().strip(), b"llm-stream-observer:key-fingerprint")
+    return "hmac-sha256:" + _openssl_hmac(k_f, credential.encode())[:32]
 
 
 @pytest.fixture(scope="module")

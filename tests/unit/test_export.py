@@ -342,8 +342,9 @@ def test_a_csv_row_by_hand(filled: AuditStore, key: CheckpointKey, tmp_path: Pat
         f"writer-b,3,{h},9a7d1e44-8b2f-4c3a-a1d0-000000000003,openai-chat,http,api.openai.com,,"
         "/v1/chat/completions,POST,HTTP/1.1,429,2025-06-01T12:00:02.000000Z,2025-06-01T12:00:02.090000Z,"
         f",,,,,,,false,,,http_error,68,0,,{body},,null,{request},[],[],[],null,"
-        # v3: response_id, system_fingerprint, service_tier, the four counts, usage_details, choices, reasoning
-        ",,,,,,,null,null,\r\n"
+        # v3: response_id, system_fingerprint, service_tier, the four counts, usage_details, choices, reasoning,
+        # client_address, proxy_user, key_fingerprint, request_last_event_id, last_event_id
+        ",,,,,,,null,null,,,,,,\r\n"
     )
     rows = (tmp_path / "x" / "exchanges.csv").read_bytes().decode().split("\r\n", 1)
     assert rows[0] == ",".join(RECORD_COLUMNS)
@@ -372,6 +373,8 @@ def test_csv_read_back(filled: AuditStore, key: CheckpointKey, tmp_path: Path) -
             assert jsontext.loads(row[column]) == record[column]
         assert jsontext.loads(row["usage_details"]) == record["usage"]["details"]
         assert row["reasoning"] == record["reasoning"] and row["response_id"] == (record["response_id"] or "")
+        for column in ("client_address", "proxy_user", "key_fingerprint", "request_last_event_id", "last_event_id"):
+            assert row[column] == (record[column] or ""), column
 
 
 def test_csv_and_parquet_say_where_an_ingested_record_came_from(
@@ -446,7 +449,7 @@ def test_an_export_of_format_v1_still_verifies(filled: AuditStore, key: Checkpoi
     problems = verify_export(folder, [key.public]).problems
     assert problems[:2] == [
         "exchanges.csv line 1: not the header of exchanges",
-        "exchanges.csv row 1: 46 fields, not 35",
+        "exchanges.csv row 1: 51 fields, not 35",
     ]
 
 

@@ -63,17 +63,35 @@ def test_the_credential_a_request_carries(headers: list[tuple[str, str]], path: 
     assert credential(headers, path) == expected
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
-def test_fingerprint_is_hmac_sha256_as_openssl_computes_it() -> None:
+def _openssl_hmac(key_hex: str, data: bytes) -> str:
     out = subprocess.run(
-        ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{SECRET.hex()}"],
-        input=b"sk-test-123",
+        ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{key_hex}"],
+        input=data,
         capture_output=True,
         check=True,
         timeout=30,
     ).stdout.decode()
-    digest = out.strip().rsplit(" ", 1)[-1]
-    assert FingerprintKey(SECRET).fingerprint("sk-test-123") == "hmac-sha256:" + digest[:32]
+    return out.strip().rsplit(" ", 1)[-1]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_fingerprint_is_hmac_sha256_as_openssl_computes_it() -> None:
+    """K_f = HMAC(secret, "llm-stream-observer:key-fingerprint"), then HMAC(K_f, the key);
+    the address pseudonym under K_a = HMAC(secret, "llm-stream-observer:client-address")."""
+    k_f = _openssl_hmac(SECRET.hex(), b"llm-stream-observer:key-fingerprint")
+    assert FingerprintKey(SECRET).fingerprint("sk-test-123") == "hmac-sha256:" + _openssl_hmac(k_f, b"sk-test-123")[:32]
+    k_a = _openssl_hmac(SECRET.hex(), b"llm-stream-observer:client-address")
+    pseudonym = FingerprintKey(SECRET).client_address("10.1.2.3", "pseudonym")
+    assert pseudonym == "hmac-sha256:" + _openssl_hmac(k_a, b"10.1.2.3")[:32]
+
+
+def test_a_credential_cannot_be_made_to_fingerprint_as_an_address_pseudonym() -> None:
+    """Trial finding: with one key for both, ``Authorization: Bearer client-address:127.0.0.1``
+    fingerprinted to the pseudonym of 127.0.0.1, so any proxy user could test addresses."""
+    key = FingerprintKey(SECRET)
+    pseudonym = key.client_address("127.0.0.1", "pseudonym")
+    for crafted in ("127.0.0.1", "client-address:127.0.0.1"):
+        assert key.fingerprint(crafted) != pseudonym
 
 
 def test_the_key_file_is_made_once_private_and_read_back(tmp_path: Path) -> None:
@@ -126,6 +144,10 @@ def test_the_sender_of_a_flow() -> None:
     assert sender_of(flow, key, "address")["proxy_user"] is None
     flow.request.headers["Last-Event-ID"] = "evt-41"  # a client resuming an event stream
     assert sender_of(flow, key, "address")["last_event_id"] == "evt-41"
+    # Trial finding: a byte that is not UTF-8 (mitmproxy keeps it as a lone surrogate) got the
+    # whole record refused by the store; it is U+FFFD.
+    flow.request.headers[b"Last-Event-ID"] = b"caf\xe9"
+    assert sender_of(flow, key, "address")["last_event_id"] == "caf\ufffd"
 
 
 # ----- the key-owner table -----
@@ -168,8 +190,39 @@ def test_owners_are_set_refused_twice_replaced_and_chained(store: AuditStore, si
     for bad in ("sk-not-a-fingerprint", "hmac-sha256:XYZ", FP + "0"):
         with pytest.raises(KeyOwnerError, match="not a fingerprint"):
             set_owner(store.engine, signer, sid, fingerprint=bad, owner="x", team=None, note=None, actor="a", at=T0)
-    with pytest.raises(KeyOwnerError, match="owner"):
-        set_owner(store.engine, signer, sid, fingerprint=FP, owner=" ", team=None, note=None, actor="a", at=T0)
+    for bad_owner in (" ", "x\x7fy", "\u009b31m", "alice\u202eecila", "\u200b", "a\udcffb"):
+        with pytest.raises(KeyOwnerError, match="owner"):
+            set_owner(
+                store.engine, signer, sid, fingerprint=FP, owner=bad_owner, team=None, note=None, actor="a", at=T0
+            )
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("UPDATE key_owners SET owner = 'mallory'", "owner differs from its chained events"),
+        ("DELETE FROM key_owners", "deleted from key_owners"),
+        (
+            "INSERT INTO key_owners (fingerprint, owner, created_at, created_by) VALUES"
+            " ('hmac-sha256:" + "e" * 32 + "', 'eve', '2026-12-01 09:00:00', 'x')",
+            "has no chained event (inserted)",
+        ),
+    ],
+)
+def test_verify_finds_a_key_owner_changed_behind_the_chain(
+    store: AuditStore, signer: CheckpointKey, change: str, said: str
+) -> None:
+    """Trial finding: ``observer verify`` did not compare ``key_owners`` with its events."""
+    import sqlalchemy as sa
+
+    set_owner(
+        store.engine, signer, store.store_id(), fingerprint=FP, owner="bob", team=None, note=None, actor="a", at=T0
+    )
+    assert verify(store, signer.public).ok
+    with store.engine.begin() as conn:
+        conn.execute(sa.text(change))
+    report = verify(store, signer.public)
+    assert not report.ok and any(said in b.reason for b in report.breaks), report.breaks
 
 
 def test_filters_by_proxy_user_key_fingerprint_and_key_owner(
@@ -199,10 +252,14 @@ def test_cli_key_owner_reads_the_key_from_stdin_and_never_stores_it(tmp_path: Pa
     runner = CliRunner()
     assert runner.invoke(app, ["db", "upgrade", "--db", db], env=env).exit_code == 0
     CheckpointKey.load_or_create(tmp_path / "data" / "checkpoint-key.pem")  # as observer run made it
+    # No fingerprint key yet: refused, none made (a new secret would match no record; trial finding).
+    missing = runner.invoke(app, ["key-owner", "fingerprint", "--db", db], input="sk-cli-key-999\n", env=env)
+    assert missing.exit_code == 2 and "no fingerprint key" in missing.output
+    assert not (tmp_path / "data" / "fingerprint-key").exists()
+    key = FingerprintKey.load_or_create(tmp_path / "data" / "fingerprint-key")  # as observer run makes it
     printed = runner.invoke(app, ["key-owner", "fingerprint", "--db", db], input="sk-cli-key-999\n", env=env)
     assert printed.exit_code == 0, printed.output
     fingerprint = printed.stdout.strip()
-    key = FingerprintKey.load_or_create(tmp_path / "data" / "fingerprint-key")
     assert fingerprint == key.fingerprint("sk-cli-key-999")
     added = runner.invoke(
         app,

@@ -45,6 +45,41 @@ def test_a_resumption_links_to_the_stream_it_resumes(store: AuditStore, make_exc
     assert (got[3]["request_last_event_id"], got[1]["last_event_id"]) == ("evt-3", "evt-3")
 
 
+def test_a_resumption_by_another_sender_or_too_late_is_not_linked(
+    store: AuditStore, make_exchange: Callable[..., Exchange]
+) -> None:
+    """Trial finding: SSE ids are often small counters (``5``), so the id alone linked another
+    user's stream on a shared vendor host: the sender (key fingerprint, proxy user) must match,
+    within an hour of the stream's start."""
+    fp_a, fp_b = "hmac-sha256:" + "a" * 32, "hmac-sha256:" + "b" * 32
+    store.write_many([make_exchange(_id(1), T0, host="h", last_event_id="5", key_fingerprint=fp_a, proxy_user="ann")])
+    later = [
+        make_exchange(_id(2), T0 + timedelta(seconds=9), host="h", request_last_event_id="5", key_fingerprint=fp_b),
+        make_exchange(
+            _id(3),
+            T0 + timedelta(seconds=9),
+            host="h",
+            request_last_event_id="5",
+            key_fingerprint=fp_a,
+            proxy_user="bo",
+        ),
+        make_exchange(
+            _id(4), T0 + timedelta(hours=2), host="h", request_last_event_id="5", key_fingerprint=fp_a, proxy_user="ann"
+        ),
+        make_exchange(
+            _id(5),
+            T0 + timedelta(seconds=9),
+            host="h",
+            request_last_event_id="5",
+            key_fingerprint=fp_a,
+            proxy_user="ann",
+        ),
+    ]
+    store.write_many(later)
+    got = {n: store.get(_id(n), store_fields=True) for n in range(2, 6)}
+    assert {n: r["resumes_id"] for n, r in got.items() if r is not None} == {2: None, 3: None, 4: None, 5: _id(1)}
+
+
 def test_a_resumption_started_before_the_stream_is_not_linked(
     store: AuditStore, make_exchange: Callable[..., Exchange]
 ) -> None:
