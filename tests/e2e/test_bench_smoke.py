@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ def test_every_bench_suite_runs_at_smoke_size(tmp_path):
         text=True,
         timeout=900,
     )
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    tracebacks = "".join(proc.stderr[m.start() : m.start() + 3000] for m in re.finditer("Traceback", proc.stderr))
+    assert proc.returncode == 0, _failed_sections(proc.stdout) + tracebacks + proc.stdout[-3000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["failed"] == []
     suites = {r["suite"]: r for r in result["reports"]}
@@ -43,3 +45,15 @@ def test_every_bench_suite_runs_at_smoke_size(tmp_path):
         for fig in report["figures"]:
             assert isinstance(fig["value"], (int, float)) and math.isfinite(fig["value"]), (name, fig)
     assert "total " in proc.stdout
+
+
+def _failed_sections(stdout: str) -> str:
+    """The output of each suite that failed, from its ``##### name (`` line to its ``FAILED``
+    line (the tail of the whole output alone had cut the reason off: a CI run showed only
+    "FAILED: memory"), at most 4,000 characters of each."""
+    out = []
+    for failed in re.finditer(r"^##### (\S+): FAILED .*$", stdout, re.M):
+        start = stdout.rfind(f"##### {failed[1]} (", 0, failed.start())
+        out.append(stdout[max(start, 0) : failed.end()][-4000:])
+        out.append("\n")
+    return "".join(out)

@@ -199,11 +199,25 @@ def _wait(driver: object, condition: object) -> None:
 
 
 def _click_and_load(driver: object, element: object) -> None:
-    """Clicks ``element`` and waits until the page it was on is gone and the new one is loaded."""
-    from selenium.webdriver.support import expected_conditions as ec
+    """Clicks ``element`` and waits until the page it was on is gone and the new one is loaded.
+    A node of the page being replaced may also be reported by chromedriver as "does not belong
+    to the document" (an unknown error, not ``StaleElementReferenceException``: seen in CI with
+    Chromium 156.0.8078.114); that is the old page gone too."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(_driver: object) -> bool:
+        try:
+            element.is_enabled()  # type: ignore[attr-defined]
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
 
     element.click()  # type: ignore[attr-defined]
-    _wait(driver, ec.staleness_of(element))
+    _wait(driver, gone)
     _wait(driver, lambda d: d.execute_script("return document.readyState") == "complete")
 
 
