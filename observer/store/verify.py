@@ -523,19 +523,14 @@ def _check_tokens(store: AuditStore, store_id: str, events: list[dict[str, Any]]
     table = ApiTokenRow.__table__
     with store.engine.connect() as conn:
         stored = {r.id: r for r in conn.execute(select(table))}
-    for token_id in sorted(set(expected) | set(stored)):
-        want, have = expected.get(token_id), stored.get(token_id)
-        if want is None:
-            return Break(store_id, None, None, f"token {token_id} has no chained event (inserted)")
-        if have is None:
-            return Break(store_id, want["seq"], None, f"token {token_id} deleted from api_tokens")
-        actual = {"name": have.name, "role": have.role, "revoked": have.revoked_at is not None}
+
+    def actual(have: Any, want: dict[str, Any]) -> dict[str, Any]:
+        got = {"name": have.name, "role": have.role, "revoked": have.revoked_at is not None}
         if "token_sha256" in want:
-            actual["token_sha256"] = have.token_sha256
-        changed = next((k for k in actual if want[k] != actual[k]), None)
-        if changed is not None:
-            return Break(store_id, want["seq"], None, f"token {token_id}: {changed} differs from its chained events")
-    return None
+            got["token_sha256"] = have.token_sha256
+        return got
+
+    return _rows_against_events(store_id, expected, stored, "api_tokens", lambda k: f"token {k}", actual)
 
 
 def _check_key_owners(store: AuditStore, store_id: str, events: list[dict[str, Any]]) -> Break | None:
@@ -550,18 +545,38 @@ def _check_key_owners(store: AuditStore, store_id: str, events: list[dict[str, A
     table = KeyOwnerRow.__table__
     with store.engine.connect() as conn:
         stored = {r.fingerprint: r for r in conn.execute(select(table))}
-    for fingerprint in sorted(set(expected) | set(stored)):
-        want, have = expected.get(fingerprint), stored.get(fingerprint)
+    return _rows_against_events(
+        store_id,
+        expected,
+        stored,
+        "key_owners",
+        lambda k: f"key owner of {k}",
+        lambda have, _want: {"owner": have.owner, "team": have.team, "note": have.note},
+    )
+
+
+def _rows_against_events(
+    store_id: str,
+    expected: dict[str, dict[str, Any]],
+    stored: dict[str, Any],
+    table: str,
+    label: Callable[[str], str],
+    actual: Callable[[Any, dict[str, Any]], dict[str, Any]],
+) -> Break | None:
+    """The first difference between a table's rows (``stored``, by key) and what its chained
+    events say they are (``expected``, by key, each with its event's ``seq``): a row without an
+    event (inserted), an event without its row (deleted), or a value of ``actual(row, want)``
+    other than the events' (changed); ``None`` when they agree."""
+    for key in sorted(set(expected) | set(stored)):
+        want, have = expected.get(key), stored.get(key)
         if want is None:
-            return Break(store_id, None, None, f"key owner of {fingerprint} has no chained event (inserted)")
+            return Break(store_id, None, None, f"{label(key)} has no chained event (inserted)")
         if have is None:
-            return Break(store_id, want["seq"], None, f"key owner of {fingerprint} deleted from key_owners")
-        actual = {"owner": have.owner, "team": have.team, "note": have.note}
-        changed = next((k for k in actual if want[k] != actual[k]), None)
+            return Break(store_id, want["seq"], None, f"{label(key)} deleted from {table}")
+        got = actual(have, want)
+        changed = next((k for k in got if want[k] != got[k]), None)
         if changed is not None:
-            return Break(
-                store_id, want["seq"], None, f"key owner of {fingerprint}: {changed} differs from its chained events"
-            )
+            return Break(store_id, want["seq"], None, f"{label(key)}: {changed} differs from its chained events")
     return None
 
 
