@@ -68,11 +68,10 @@ def identity(obj: dict[str, Any], seq: int | None, out: list[Any], seen: set[str
     ``system_fingerprint``, ``service_tier``) when it has one of them — with ``seen`` (the
     names already given; updated) only when one is new: chat chunks repeat them all."""
     values = {key: text(obj.get(key)) for key in ("id", "system_fingerprint", "service_tier")}
-    if seen is None:
-        if any(v is not None for v in values.values()):
-            out.append(ResponseIdentity(seq, values["id"], values["system_fingerprint"], values["service_tier"]))
-    elif any(v is not None and key not in seen for key, v in values.items()):
-        seen.update(key for key, v in values.items() if v is not None)
+    given = {key for key, v in values.items() if v is not None}
+    if given and (seen is None or not given <= seen):
+        if seen is not None:
+            seen.update(given)
         out.append(ResponseIdentity(seq, values["id"], values["system_fingerprint"], values["service_tier"]))
 
 
