@@ -7,6 +7,7 @@ Per engine (SQLite, then PostgreSQL), in a store made for the run:
    4 % error, 3 % client_aborted; stop reasons; tool calls on ~10 % with 20 tool names;
    violations on ~2 % with 5 kinds; a unique request id; a system and a user prompt and a
    completion of 150-900 characters of Zipf-distributed words from a 30,000-word vocabulary;
+   usage with the cache and reasoning counts each vendor reports (``_usage``);
    ``started_at`` spread over 13 months, in storing order give or take a minute). Stored the
    fast way (``build``), to the state ``AuditStore.write_many`` leaves: rows from
    ``observer.store.rows.rows_from_records`` (what ``write_many`` inserts) bulk-inserted with
@@ -31,6 +32,15 @@ Per engine (SQLite, then PostgreSQL), in a store made for the run:
    in a loop on the same store (with a checkpoint key, so its checkpoints every 100 entries
    are included) against a one-row write transaction (the floor of any durable append).
 
+4. **The stats indexes' width** (``--covering``, or alone ``--covering-only``; always in
+   ``--smoke``): migration 0011 made the indexes stats reads hold the cache and reasoning
+   token counts too. On the same store the indexes as migrated and as before 0011
+   (``SUMMED_0010``), alternated three times, then as migrated again; per phase every stats
+   grouping in process (the new query; on the old indexes also the old query, the "before",
+   and the new one, which there reads the table), ``write_many`` of new records in batches
+   (wall and CPU ms per record: the insert cost of the wider indexes), the indexes' size and
+   the time to make them again (what the migration does to a stored store).
+
 Plans: the SQL of every figure (captured from the baseline's engine) is explained (``EXPLAIN
 QUERY PLAN`` / ``EXPLAIN (ANALYZE, BUFFERS)``) for each figure that misses its target, or all
 with ``--explain``.
@@ -40,6 +50,7 @@ with ``--explain``.
     .venv/bin/python bench/queries.py --records 200000 --engines sqlite --explain
     .venv/bin/python bench/queries.py --keep --dir build/q   # keep both stores (URLs printed) ...
     .venv/bin/python bench/queries.py --reuse sqlite:///build/q/queries.db   # ... and measure one again
+    .venv/bin/python bench/queries.py --covering           # ... and the stats indexes' width (~10 min more)
 """
 
 from __future__ import annotations
@@ -74,7 +85,7 @@ import orjson  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from bench._common import Report, percentile  # noqa: E402
+from bench._common import Report, cpu_seconds, percentile  # noqa: E402
 from bench._pg import PgDatabase  # noqa: E402
 from observer.records import Block, ErrorInfo, Exchange, RequestFacts, ToolCall, Usage, Violation  # noqa: E402
 from observer.shape import parse_rfc3339  # noqa: E402
@@ -82,6 +93,9 @@ from observer.store import access, query, search  # noqa: E402
 from observer.store.checkpoint import CheckpointKey  # noqa: E402
 from observer.store.migrate import upgrade  # noqa: E402
 from observer.store.models import (  # noqa: E402
+    SQLITE_DAY,
+    STATS_GROUPED,
+    STATS_SUMMED,
     BlockRow,
     ExchangeRow,
     StoreMetaRow,
@@ -261,11 +275,7 @@ def make_record(c: Corpus, i: int, rng: random.Random) -> Exchange:
         model=None if outcome == "error" else model,
         blocks=[Block(index=0, type="text", text=text, stop_reason=stop_reason)] if text else [],
         tool_calls=tool_calls,
-        usage=Usage(
-            input_tokens=(len(prompt) + len(system)) // 4,
-            output_tokens=len(text) // 4 + 3,
-            reported=outcome == "completed",
-        ),
+        usage=_usage(i, dialect, model, (len(prompt) + len(system)) // 4, len(text) // 4 + 3, outcome == "completed"),
         stop_reason=stop_reason,
         stop_reason_raw=stop_raw,
         error=ErrorInfo(code="overloaded_error", message="Overloaded") if outcome == "error" else None,
@@ -273,6 +283,35 @@ def make_record(c: Corpus, i: int, rng: random.Random) -> Exchange:
         violations=violations,
         response_bytes=len(text) * 3 + 500,
         events=len(text) // 4 + 4,
+    )
+
+
+def _usage(i: int, dialect: str, model: str, input_tokens: int, output_tokens: int, reported: bool) -> Usage:
+    """Record ``i``'s usage, with the cost classes as each vendor reports them (from ``i``, not
+    the random stream, so the other fields stay as they were): OpenAI always sends its cached
+    tokens (a third of its requests read half their input from the cache) and its reasoning
+    tokens (o3-mini: half the output, else 0); Anthropic always both cache counts (a quarter
+    read, an eighth write); Gemini a cached count only when there was one, thoughts from
+    gemini-2.0-flash; Ollama and the draft none (null: not reported)."""
+    if not reported:  # counts with reported false, as this bench always made them
+        return Usage(input_tokens=input_tokens, output_tokens=output_tokens, reported=False)
+    cache_read = cache_creation = reasoning = None
+    if dialect in ("openai.chat", "openai.responses", "vercel.ui"):
+        cache_read = input_tokens // 2 if i % 3 == 0 else 0
+        reasoning = output_tokens // 2 if model.startswith("o3") else 0
+    elif dialect == "anthropic.messages":
+        cache_read = input_tokens // 2 if i % 4 == 0 else 0
+        cache_creation = input_tokens // 3 if i % 8 == 1 else 0
+    elif dialect == "gemini":
+        cache_read = input_tokens // 2 if i % 5 == 0 else None
+        reasoning = output_tokens // 3 if model == "gemini-2.0-flash" else None
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_input_tokens=cache_read,
+        cache_creation_input_tokens=cache_creation,
+        reasoning_output_tokens=reasoning,
+        reported=True,
     )
 
 
@@ -726,6 +765,257 @@ def measure_append(url: str, data: Path, n: int) -> dict[str, list[float]]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# the width of the stats indexes (migration 0011): stats time and insert cost, A/B/A
+
+#: The indexes stats reads, by name, with their key columns (SQLite also ``ix_exchanges_day``).
+STATS_INDEXES = {
+    "ix_exchanges_started_at_id": ("started_at", "id"),
+    **{f"ix_exchanges_{column}_started_at_id": (column, "started_at", "id") for column in STATS_GROUPED},
+}
+DAY_INDEX = "ix_exchanges_day"
+#: What those indexes held after their keys before migration 0011: the baseline.
+SUMMED_0010 = ("input_tokens", "output_tokens", "usage_reported")
+STATS_GROUPS = ("day", "model", "user", "dialect", "host")
+
+
+def stats_0010(engine: sa.Engine, group_by: str) -> int:
+    """``query.stats`` without filters as it was before migration 0011 (sums of input and
+    output tokens, ``usage_not_reported``): the baseline's statement. Returns the groups."""
+    ex = ExchangeRow.__table__
+    if group_by == "day" and engine.dialect.name == "sqlite":
+        key = group = sa.literal_column(SQLITE_DAY)
+    elif group_by == "day":
+        group = sa.func.date_trunc("day", sa.func.timezone("UTC", ex.c.started_at))
+        key = sa.func.to_char(group, "YYYY-MM-DD")
+    else:
+        key = group = ex.c[query.COLUMN_FILTERS[group_by]]
+    key = key.label("key")
+    stmt = (
+        sa.select(
+            key,
+            sa.func.count().label("exchanges"),
+            sa.func.coalesce(sa.func.sum(ex.c.input_tokens), 0),
+            sa.func.coalesce(sa.func.sum(ex.c.output_tokens), 0),
+            sa.func.coalesce(sa.func.sum(sa.case((ex.c.usage_reported, sa.literal(0)), else_=sa.literal(1))), 0),
+        )
+        .where(sa.and_(sa.literal(True)))
+        .group_by(group)
+        .order_by(key.asc().nulls_last())
+    )
+    with engine.connect() as conn:
+        return len(conn.execute(stmt).all())
+
+
+def set_stats_indexes(url: str, summed: tuple[str, ...]) -> float:
+    """Makes the indexes stats reads again with ``summed`` after their keys, as migration 0011
+    does (SQLite: each then analyzed, as the writer's statistics had it); returns the seconds."""
+    sqlite = url.startswith("sqlite")
+    wanted = {name: [*keys, *summed] for name, keys in STATS_INDEXES.items()}
+    if sqlite:
+        wanted[DAY_INDEX] = [SQLITE_DAY, *summed]
+    t = time.perf_counter()
+    if sqlite:
+        raw = sqlite3.connect(make_url(url).database, isolation_level=None)
+        try:
+            for name, columns in wanted.items():
+                raw.execute(f'DROP INDEX "{name}"')
+                raw.execute(f'CREATE INDEX "{name}" ON exchanges ({", ".join(columns)})')
+                raw.execute(f'ANALYZE "{name}"')
+        finally:
+            raw.close()
+    else:
+        engine = sa.create_engine(url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SET maintenance_work_mem = '1GB'")
+                for name, columns in wanted.items():
+                    conn.exec_driver_sql(f'DROP INDEX "{name}"')
+                    conn.exec_driver_sql(f'CREATE INDEX "{name}" ON exchanges ({", ".join(columns)})')
+        finally:
+            engine.dispose()
+    return time.perf_counter() - t
+
+
+def stats_index_bytes(engine: sa.Engine) -> int | None:
+    """Bytes of the indexes stats reads (PostgreSQL: every partition's); ``None`` where SQLite
+    was built without the ``dbstat`` table."""
+    names = [*STATS_INDEXES, *([DAY_INDEX] if engine.dialect.name == "sqlite" else [])]
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            try:
+                found = conn.exec_driver_sql(
+                    f"SELECT sum(pgsize) FROM dbstat WHERE name IN ({', '.join('?' * len(names))})", tuple(names)
+                ).scalar()
+            except sa.exc.OperationalError:
+                return None
+        else:
+            found = conn.execute(
+                sa.text(
+                    "SELECT sum(pg_relation_size(i.inhrelid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhparent"
+                    " WHERE c.relname = ANY(:names) AND c.relkind = 'I'"
+                ),
+                {"names": names},
+            ).scalar()
+    return int(found or 0)
+
+
+def _timed_ms(call: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    call()
+    return (time.perf_counter() - t) * 1000
+
+
+def _server_pids(store: AuditStore) -> list[int]:
+    """The PostgreSQL server processes of the store's database (its pooled connections: their
+    CPU is the server's share of a write); none on SQLite, which works in this process."""
+    if store.engine.dialect.name == "sqlite":
+        return []
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return [r[0] for r in rows]
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds of this process and of ``pids`` (0 for one that cannot be read: a remote server)."""
+    total = time.process_time()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid)
+    return total
+
+
+def measure_inserts(store: AuditStore, c: Corpus, batches: int, size: int) -> dict[str, list[float]]:
+    """Per ``write_many`` call of ``size`` new records (after the store's last one: new ids,
+    start times past the corpus' end; made before the clocks start), ``batches`` times: wall
+    ms per record and CPU ms per record, this process's plus, on PostgreSQL, its server
+    processes' (the CPU figure moves less with the other work on a shared machine)."""
+    with store.engine.connect() as conn:
+        start = conn.scalar(sa.select(sa.func.count()).select_from(ExchangeRow.__table__)) or 0
+    out: dict[str, list[float]] = {"wall": [], "cpu": []}
+    for k in range(batches):
+        records = make_batch(c, start + k * size, start + (k + 1) * size)
+        pids = _server_pids(store)
+        cpu = _cpu_s(pids)
+        out["wall"].append(_timed_ms(lambda records=records: store.write_many(records)) / size)
+        out["cpu"].append((_cpu_s(pids) - cpu) * 1000 / size)
+    return out
+
+
+def _phase(label: str, name: str, store: AuditStore, url: str, c: Corpus, args: argparse.Namespace) -> dict[str, Any]:
+    """One phase of ``measure_covering``: the indexes made again with ``SUMMED_0010``
+    (``"0010"``) or ``STATS_SUMMED`` (``"wide"``; also the first: a kept store may hold either),
+    then measured."""
+    old = name == "0010"
+    rebuild_s = set_stats_indexes(url, SUMMED_0010 if old else STATS_SUMMED)
+    after: dict[str, list[float]] = {g: [] for g in STATS_GROUPS}
+    before: dict[str, list[float]] = {g: [] for g in STATS_GROUPS}
+    for _ in range(args.covering_rounds):
+        for g in STATS_GROUPS:
+            after[g].append(_timed_ms(lambda g=g: query.stats(store.engine, g, query.Filters())))
+            if old:
+                before[g].append(_timed_ms(lambda g=g: stats_0010(store.engine, g)))
+    inserts = measure_inserts(store, c, args.covering_batches, args.covering_batch)
+    result = {
+        "phase": name,
+        "rebuild_s": rebuild_s,
+        "index_bytes": stats_index_bytes(store.engine),
+        "stats_ms": {g: statistics.median(v) for g, v in after.items()},
+        "stats_0010_ms": {g: statistics.median(v) for g, v in before.items() if v},
+        "insert_ms_per_record": statistics.median(inserts["wall"]),
+        "insert_cpu_ms_per_record": statistics.median(inserts["cpu"]),
+        "insert_samples": inserts,
+    }
+    size_mb = "-" if result["index_bytes"] is None else f"{result['index_bytes'] / 1e6:,.0f} MB"
+    print(
+        f"[{label}] stats indexes {name}: "
+        + f"made again in {rebuild_s:.1f} s, "
+        + f"{size_mb}; stats ms "
+        + ", ".join(f"{g} {v:.0f}" for g, v in result["stats_ms"].items())
+        + ("; the old query " if old else "")
+        + ", ".join(f"{g} {v:.0f}" for g, v in result["stats_0010_ms"].items())
+        + f"; write_many {result['insert_ms_per_record']:.3f} ms/record (CPU {result['insert_cpu_ms_per_record']:.3f})",
+        flush=True,
+    )
+    return result
+
+
+def measure_covering(
+    label: str, engine_name: str, url: str, c: Corpus, args: argparse.Namespace, report: Report
+) -> None:
+    """Migration 0011's trade, on the store of the run: the stats indexes as migrated (wide:
+    ``STATS_SUMMED``) and as before 0011 (``SUMMED_0010``), alternated ``--covering-cycles``
+    times and wide once more (A/B/.../A: the insert cost moves by ±10 % from phase to phase on a
+    shared machine, more than the difference measured). Per phase: each stats grouping
+    (``--covering-rounds`` calls, interleaved: the new query, and on the 0010 indexes the old
+    one, the before, and the new one, which there reads the table), ``write_many`` in
+    ``--covering-batches`` batches of ``--covering-batch`` new records (wall and CPU ms per
+    record), the indexes' size and the time to make them again (migration 0011's work). Each
+    figure: the mean of the phases' medians, wide against 0010."""
+    sqlite = engine_name == "sqlite"
+    store = AuditStore(url)
+    names = [*(["wide", "0010"] * args.covering_cycles), "wide"]
+    try:
+        phases = [_phase(label, name, store, url, c, args) for name in names]
+    finally:
+        store.dispose()
+    report.details.setdefault("covering", {})[engine_name] = phases
+    wide = [p for p in phases if p["phase"] == "wide"]
+    old = [p for p in phases if p["phase"] == "0010"]
+
+    def pick(ps: list[dict[str, Any]], key: str, group: str | None = None) -> list[float]:
+        return [p[key] if group is None else p[key][group] for p in ps]
+
+    def mean(ps: list[dict[str, Any]], key: str, group: str | None = None) -> float:
+        return statistics.fmean(pick(ps, key, group))
+
+    def spread(ps: list[dict[str, Any]], key: str, group: str | None = None) -> str:
+        return " / ".join(f"{v:.3g}" for v in pick(ps, key, group))
+
+    per = f"{len(wide)} wide and {len(old)} 0010 phases, {args.covering_rounds} calls each"
+    for g in STATS_GROUPS:
+        report.add(
+            f"{label}: stats by {g} in process, after 0011 vs before (old query, 0010 indexes)",
+            mean(wide, "stats_ms", g),
+            "ms",
+            baseline=mean(old, "stats_0010_ms", g),
+            note=f"{per}; wide {spread(wide, 'stats_ms', g)}, before {spread(old, 'stats_0010_ms', g)}",
+        )
+    for g in STATS_GROUPS:
+        report.add(
+            f"{label}: stats by {g}, the new query on the 0010 indexes (not covered) vs after 0011",
+            mean(old, "stats_ms", g),
+            "ms",
+            baseline=mean(wide, "stats_ms", g),
+            note=f"{per}: {spread(old, 'stats_ms', g)}",
+        )
+    batches = f"median of {args.covering_batches} batches of {args.covering_batch} per phase"
+    for what, key in (("wall", "insert_ms_per_record"), ("CPU", "insert_cpu_ms_per_record")):
+        report.add(
+            f"{label}: write_many {what} ms per record, wide stats indexes vs 0010's",
+            mean(wide, key),
+            "ms",
+            baseline=mean(old, key),
+            note=f"{batches}; wide {spread(wide, key)}, 0010 {spread(old, key)}"
+            + ("; this process and its PostgreSQL server processes" if what == "CPU" and not sqlite else ""),
+        )
+    if wide[-1]["index_bytes"] is not None:
+        report.add(
+            f"{label}: stats indexes' size, wide vs 0010's",
+            wide[-1]["index_bytes"] / 1e6,
+            "MB",
+            baseline=old[-1]["index_bytes"] / 1e6,
+            note=", ".join(STATS_INDEXES) + (f", {DAY_INDEX}" if sqlite else ""),
+        )
+    report.add(
+        f"{label}: making the stats indexes again (migration 0011's work), wide vs 0010's",
+        mean(wide, "rebuild_s"),
+        "s",
+        baseline=mean(old, "rebuild_s"),
+        note=f"wide {spread(wide, 'rebuild_s')}, 0010 {spread(old, 'rebuild_s')}",
+    )
+
+
 def _mid_position(url: str) -> str:
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     ex = ExchangeRow.__table__
@@ -772,6 +1062,9 @@ def run_engine(
         print(f"[{label}] measuring the kept store {url} ({n:,} records; not generated by this run)", flush=True)
     else:
         _generate(label, engine_name, url, n, c, report)
+    if args.covering_only:
+        _covering(label, engine_name, url, c, args, report)
+        return True
     ok = True
     all_specs = specs(c, n, _mid_position(url))
     server = Server(url, data)
@@ -857,7 +1150,15 @@ def run_engine(
         "append": a,
         "one_row_tx": b,
     }
+    if args.covering:
+        _covering(label, engine_name, url, c, args, report)
     return ok
+
+
+def _covering(label: str, engine_name: str, url: str, c: Corpus, args: argparse.Namespace, report: Report) -> None:
+    t = time.perf_counter()
+    measure_covering(label, engine_name, url, c, args, report)
+    print(f"[{label}] stats indexes' width measured in {time.perf_counter() - t:.0f} s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -874,6 +1175,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=None, help="access-log call pairs (default 300; smoke 30)")
     ap.add_argument("--appends", type=int, default=None, help="access.append calls (default 500; smoke 50)")
     ap.add_argument("--explain", action="store_true", help="print every figure's query plan")
+    ap.add_argument(
+        "--covering",
+        action="store_true",
+        help="also measure the stats indexes' width (migration 0011): stats and write_many, A/B/A (smoke: always)",
+    )
+    ap.add_argument("--covering-only", action="store_true", help="only that (no first pages, no access log)")
+    ap.add_argument("--covering-cycles", type=int, default=None, help="wide/0010 alternations (3; smoke 1)")
+    ap.add_argument("--covering-rounds", type=int, default=None, help="stats calls per grouping and phase (3; smoke 2)")
+    ap.add_argument("--covering-batches", type=int, default=None, help="write_many calls per phase (10; smoke 3)")
+    ap.add_argument("--covering-batch", type=int, default=None, help="records per write_many call (500; smoke 100)")
     ap.add_argument("--keep", action="store_true", help="keep the stores (printed; yours to delete)")
     ap.add_argument("--reuse", default=None, help="measure a store kept by --keep (its URL) instead of generating one")
     ap.add_argument("--json", default=None)
@@ -890,6 +1201,11 @@ def main(argv: list[str] | None = None) -> int:
     args.budget = args.budget or (1.0 if smoke else 20.0)
     args.pairs = args.pairs or (30 if smoke else 300)
     args.appends = args.appends or (50 if smoke else 500)
+    args.covering = args.covering or args.covering_only or smoke
+    args.covering_cycles = args.covering_cycles or (1 if smoke else 3)
+    args.covering_rounds = args.covering_rounds or (2 if smoke else 3)
+    args.covering_batches = args.covering_batches or (3 if smoke else 10)
+    args.covering_batch = args.covering_batch or (100 if smoke else 500)
     engines = [e for e in args.engines.split(",") if e]
     if args.reuse:
         engines = ["sqlite" if args.reuse.startswith("sqlite") else "pg"]

@@ -440,7 +440,22 @@ SignKeyOpt = Annotated[
         " it must exist: holds and purges are signed with the key observer run made.",
     ),
 ]
-ByOpt = Annotated[str | None, typer.Option("--by", help="Who runs this, as recorded (default: the OS user name).")]
+
+
+def _by_checked(value: str | None) -> str | None:
+    """``--by`` checked as soon as it is parsed, before any key, store or input is read
+    (``_checked_actor``)."""
+    return None if value is None else _checked_actor(value, "--by")
+
+
+ByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        help="Who runs this, as recorded (default: the OS user name): 1..200 printable characters.",
+        callback=_by_checked,
+    ),
+]
 
 
 @app.command()
@@ -900,16 +915,40 @@ def _signing_key(settings: Settings, given: str | None) -> Any:
 
 
 def _actor(given: str | None) -> str:
+    """Who runs the command, as the store's chained events record it (``actor``; a hold's or
+    token's ``created_by``): ``--by``, else the OS user name (``getpass.getuser``: ``$LOGNAME``,
+    ``$USER``, ``$LNAME``, ``$USERNAME``, then the password database), each checked by
+    ``_checked_actor``; ``unknown`` when the system has no name for the user."""
     import getpass
 
     if given is not None:
-        if not given.strip():
-            _fail("--by must not be blank")
-        return given
+        return _checked_actor(given, "--by")
     try:
-        return getpass.getuser()
+        name = getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+    return _checked_actor(name, "the OS user name (give --by instead)")
+
+
+def _checked_actor(value: str, source: str) -> str:
+    """``value`` without surrounding white space when it is 1..``keyowners.TEXT_MAX`` (200)
+    printable characters, the bound and check of a key owner's name (``observer key-owner
+    add``): ``str.isprintable``, so no control character (C0, DEL, C1: a terminal escape), no
+    format character (a bidi override, a zero-width space: a name that prints as another) and
+    no surrogate (an argument that was not UTF-8); what ``hold list`` and ``token list`` print
+    then shows who it was. Exit 2 otherwise, naming ``source`` and the first offending
+    character by its code point (never the character itself)."""
+    from observer.store.keyowners import TEXT_MAX
+
+    text = value.strip()
+    if not text:
+        _fail(f"{source} must not be blank")
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        _fail(f"{source}: 1..{TEXT_MAX} printable characters (U+{ord(bad):04X} is not printable)")
+    if len(text) > TEXT_MAX:
+        _fail(f"{source}: 1..{TEXT_MAX} printable characters (not {len(text)})")
+    return text
 
 
 def _store_reason(exc: BaseException) -> str:

@@ -77,6 +77,12 @@ COLUMNS = (
 
 INDEXED = ("proxy_user", "key_fingerprint")
 DECLARED = "Name was among the request's declared tools; null: the request cannot declare them (AI SDK UI)"
+#: SQLite's batch copy of ``exchange_tool_calls`` reflects that table alone, not ``exchanges``, the
+#: table its foreign key refers to (SQLAlchemy's ``Table.resolve_fks``): reflecting it warned
+#: "Skipped unsupported reflection of expression-based index ix_exchanges_day" (0007's index,
+#: which SQLite cannot reflect) at every new store's start. Alembic's batch mode makes the
+#: referred table's key columns itself to render the copy's foreign key; the copy is the same.
+NO_REFERENT = {"resolve_fks": False}
 
 
 def upgrade() -> None:
@@ -86,7 +92,7 @@ def upgrade() -> None:
         op.create_index(f"ix_exchanges_{name}_started_at_id", "exchanges", [name, "started_at", "id"])
     op.create_index("ix_exchanges_last_event_id", "exchanges", ["last_event_id"])
     # A tool call of a request that cannot declare tools (an AI SDK UI request) is declared: null.
-    with op.batch_alter_table("exchange_tool_calls") as batch:
+    with op.batch_alter_table("exchange_tool_calls", reflect_kwargs=NO_REFERENT) as batch:
         batch.alter_column("declared", existing_type=sa.Boolean(), nullable=True, comment=DECLARED)
     op.create_table(
         "key_owners",
@@ -108,7 +114,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("key_owners")
     op.execute("UPDATE exchange_tool_calls SET declared = false WHERE declared IS NULL")
-    with op.batch_alter_table("exchange_tool_calls") as batch:
+    with op.batch_alter_table("exchange_tool_calls", reflect_kwargs=NO_REFERENT) as batch:
         batch.alter_column(
             "declared",
             existing_type=sa.Boolean(),

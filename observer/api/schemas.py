@@ -248,13 +248,33 @@ class ConversationOut(_Schema):
     exchanges: list[ExchangeSummary] = Field(description="Oldest first")
 
 
+_SUM = "Sum in tokens of {} over the exchanges that reported it (a count not reported adds nothing; 0 when none did)"
+_REPORTED = "Exchanges that reported {}, whose counts the sum adds (0: none reported it, unlike a sum of 0)"
+
+
 class StatsGroup(BaseModel):
-    """One group: its key (named as ``group_by``: model, day, user, dialect or host) and counts."""
+    """One group: its key (named as ``group_by``: model, day, user, dialect or host) and counts.
+    Per token class (the record's ``usage`` names, after OpenTelemetry ``gen_ai.usage.*``) a sum
+    and ``<class>_reported``, the exchanges whose count it sums (``observer.store.query.stats``)."""
 
     model_config = ConfigDict(extra="allow")
-    exchanges: int
-    input_tokens: int = Field(description="Sum of gen_ai.usage.input_tokens reported (0 when none was)")
-    output_tokens: int = Field(description="Sum of gen_ai.usage.output_tokens reported (0 when none was)")
+    exchanges: int = Field(description="Exchanges of the group")
+    input_tokens: int = Field(description=_SUM.format("gen_ai.usage.input_tokens"))
+    input_tokens_reported: int = Field(description=_REPORTED.format("input_tokens"))
+    output_tokens: int = Field(description=_SUM.format("gen_ai.usage.output_tokens"))
+    output_tokens_reported: int = Field(description=_REPORTED.format("output_tokens"))
+    cache_read_input_tokens: int = Field(
+        description=_SUM.format("gen_ai.usage.cache_read.input_tokens (input read from a prompt cache)")
+    )
+    cache_read_input_tokens_reported: int = Field(description=_REPORTED.format("cache_read_input_tokens"))
+    cache_creation_input_tokens: int = Field(
+        description=_SUM.format("gen_ai.usage.cache_creation.input_tokens (input written to a prompt cache)")
+    )
+    cache_creation_input_tokens_reported: int = Field(description=_REPORTED.format("cache_creation_input_tokens"))
+    reasoning_output_tokens: int = Field(
+        description=_SUM.format("reasoning_output_tokens (output tokens spent on reasoning)")
+    )
+    reasoning_output_tokens_reported: int = Field(description=_REPORTED.format("reasoning_output_tokens"))
     usage_not_reported: int = Field(description="Exchanges without a usage report (their tokens are unknown)")
 
 

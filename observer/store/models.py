@@ -120,8 +120,19 @@ FILTER_INDEXED = (
     "proxy_user",
     "key_fingerprint",
 )
-#: What ``stats`` sums (``observer.store.query.stats``), held in the indexes it reads.
-STATS_SUMMED = ("input_tokens", "output_tokens", "usage_reported")
+#: The token counts ``stats`` sums and counts per group (``observer.store.query.stats``), named as
+#: the record's usage after OpenTelemetry ``gen_ai.usage.*``; each column is NULL when the vendor
+#: did not report it (never 0).
+STATS_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_output_tokens",
+)
+#: What ``stats`` reads besides its group key, held in the indexes it reads (migration 0011 added
+#: the cache and reasoning counts; a stats call then never reads the table: docs/performance.md).
+STATS_SUMMED = (*STATS_TOKENS, "usage_reported")
 #: The UTC day of ``started_at`` on SQLite (its text form starts ``YYYY-MM-DD``), spelled exactly
 #: as ``stats`` groups by it: an expression index serves only the same expression.
 SQLITE_DAY = "substr(started_at, 1, 10)"

@@ -245,7 +245,21 @@ def test_viewer_lists_and_counts_without_content(api: Api) -> None:
     assert [i["id"] for i in listed.json()["items"]] == [RECORD]
     stats = api.get("viewer", "/v1/stats?group_by=user")
     assert stats.json()["groups"] == [
-        {"user": "alice", "exchanges": 1, "input_tokens": 10, "output_tokens": 4, "usage_not_reported": 0}
+        {
+            "user": "alice",
+            "exchanges": 1,
+            "input_tokens": 10,
+            "input_tokens_reported": 1,
+            "output_tokens": 4,
+            "output_tokens_reported": 1,
+            "cache_read_input_tokens": 0,
+            "cache_read_input_tokens_reported": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_creation_input_tokens_reported": 0,
+            "reasoning_output_tokens": 0,
+            "reasoning_output_tokens_reported": 0,
+            "usage_not_reported": 0,
+        }
     ]
     for response in (listed, stats):
         for secret in SECRETS:

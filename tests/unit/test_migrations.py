@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from observer.store.migrate import (
     include_object,
     upgrade,
 )
-from observer.store.models import Base
+from observer.store.models import SQLITE_ONLY_INDEXES, Base
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -49,7 +52,18 @@ TABLES = {
 def _drift(url: str) -> list[object]:
     engine = sa.create_engine(url)
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, warnings.catch_warnings():
+            # The comparison reflects every table, and SQLite cannot reflect an expression index:
+            # SQLAlchemy skips each with an SAWarning, and Alembic skips the model's with a
+            # UserWarning (documented: Alembic 1.10, #1165). Those are the indexes include_object
+            # leaves out; their own test checks them. Any other index's warning still shows.
+            for name in SQLITE_ONLY_INDEXES:
+                warnings.filterwarnings(
+                    "ignore", f"Skipped unsupported reflection of expression-based index {name}$", sa.exc.SAWarning
+                )
+                warnings.filterwarnings(
+                    "ignore", f"autogenerate skipping metadata-specified expression-based index '{name}'", UserWarning
+                )
             context = MigrationContext.configure(
                 conn,
                 opts={
@@ -78,15 +92,19 @@ def test_no_drift_between_models_and_migrations(migrated_url: str) -> None:
     assert _drift(migrated_url) == []
 
 
-def test_the_sqlite_only_day_index_is_made_there_alone(migrated_url: str) -> None:
-    """``ix_exchanges_day`` (an expression index the comparison above cannot see) exists after
-    ``upgrade head`` on SQLite, with its expression, and not on PostgreSQL; a downgrade to 0006
-    removes it."""
-    engine = sa.create_engine(migrated_url)
-    sqlite = engine.dialect.name == "sqlite"
+#: What the indexes stats reads hold after their key columns: 0006/0007, and from 0011 on.
+SUMMED_0010 = "input_tokens, output_tokens, usage_reported"
+SUMMED_0011 = (
+    "input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens,"
+    " reasoning_output_tokens, usage_reported"
+)
+
+
+def _index_sql(engine: sa.Engine) -> Callable[[str], str | None]:
+    """``CREATE INDEX`` of an index of the current schema, by name (``None``: no such index)."""
     made = (
         "SELECT sql FROM sqlite_master WHERE name = :n"
-        if sqlite
+        if engine.dialect.name == "sqlite"
         else "SELECT indexdef FROM pg_indexes WHERE indexname = :n AND schemaname = current_schema()"
     )
 
@@ -94,12 +112,28 @@ def test_the_sqlite_only_day_index_is_made_there_alone(migrated_url: str) -> Non
         with engine.connect() as conn:
             return conn.execute(sa.text(made), {"n": name}).scalar()
 
+    return index
+
+
+def _columns(sql: str | None) -> str | None:
+    """The column list of a ``CREATE INDEX`` (SQLite: as written; PostgreSQL: ``USING btree (...)``)."""
+    return None if sql is None else re.search(r"\((.*)\)$", sql).group(1)  # type: ignore[union-attr]
+
+
+def test_the_sqlite_only_day_index_is_made_there_alone(migrated_url: str) -> None:
+    """``ix_exchanges_day`` (an expression index the comparison above cannot see) exists after
+    ``upgrade head`` on SQLite, with its expression and the counts stats reads (0011), and not on
+    PostgreSQL; a downgrade to 0010 makes it as 0007 did, one to 0006 removes it."""
+    engine = sa.create_engine(migrated_url)
+    sqlite = engine.dialect.name == "sqlite"
+    index = _index_sql(engine)
     try:
         assert index("ix_exchanges_day") == (
-            "CREATE INDEX ix_exchanges_day ON exchanges"
-            " (substr(started_at, 1, 10), input_tokens, output_tokens, usage_reported)"
-            if sqlite
-            else None
+            f"CREATE INDEX ix_exchanges_day ON exchanges (substr(started_at, 1, 10), {SUMMED_0011})" if sqlite else None
+        )
+        downgrade(migrated_url, "0010")
+        assert index("ix_exchanges_day") == (
+            f"CREATE INDEX ix_exchanges_day ON exchanges (substr(started_at, 1, 10), {SUMMED_0010})" if sqlite else None
         )
         assert index("ix_exchanges_outcome_model_started_at_id") is not None
         downgrade(migrated_url, "0006")
@@ -107,6 +141,51 @@ def test_the_sqlite_only_day_index_is_made_there_alone(migrated_url: str) -> Non
         assert index("ix_exchanges_outcome_model_started_at_id") is None
     finally:
         engine.dispose()
+
+
+#: The indexes 0011 makes again (besides SQLite's ix_exchanges_day), with their key columns.
+STATS_INDEXES = {
+    "ix_exchanges_started_at_id": "started_at, id",
+    "ix_exchanges_model_started_at_id": "model, started_at, id",
+    "ix_exchanges_end_user_started_at_id": "end_user, started_at, id",
+    "ix_exchanges_dialect_started_at_id": "dialect, started_at, id",
+    "ix_exchanges_host_started_at_id": "host, started_at, id",
+}
+
+
+def test_0011_puts_the_cost_token_classes_in_the_stats_indexes_and_back(migrated_url: str) -> None:
+    """On both engines each index stats reads holds, after its key, the five token counts and
+    usage_reported at head; a downgrade to 0010 makes them as before (input, output,
+    usage_reported), an upgrade again as at head; the other filter indexes are not touched."""
+    engine = sa.create_engine(migrated_url)
+    index = _index_sql(engine)
+
+    def stats_indexes() -> dict[str, str | None]:
+        return {name: _columns(index(name)) for name in STATS_INDEXES}
+
+    try:
+        untouched = _columns(index("ix_exchanges_outcome_started_at_id"))
+        assert untouched == "outcome, started_at, id"
+        assert stats_indexes() == {name: f"{key}, {SUMMED_0011}" for name, key in STATS_INDEXES.items()}
+        downgrade(migrated_url, "0010")
+        assert stats_indexes() == {name: f"{key}, {SUMMED_0010}" for name, key in STATS_INDEXES.items()}
+        assert _columns(index("ix_exchanges_outcome_started_at_id")) == untouched
+        upgrade(migrated_url)
+        assert stats_indexes() == {name: f"{key}, {SUMMED_0011}" for name, key in STATS_INDEXES.items()}
+    finally:
+        engine.dispose()
+
+
+def test_a_new_store_migrates_up_and_down_without_sqlalchemy_warnings(db_url: str) -> None:
+    """Every revision up from nothing, down to nothing and up again emits no ``SAWarning``:
+    0010's batch copy of ``exchange_tool_calls`` on SQLite reflected ``exchanges`` through its
+    foreign key and warned that ``ix_exchanges_day`` cannot be reflected (each new store's start)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sa.exc.SAWarning)
+        upgrade(db_url)
+        downgrade(db_url, "base")
+        upgrade(db_url)
+    assert _tables(db_url) == TABLES
 
 
 def test_drift_check_sees_a_difference(db_url: str) -> None:

@@ -39,7 +39,11 @@ def _records(make: Callable[..., Exchange]) -> list[Exchange]:
     q1.request.messages = user("Bonjour zebra")
     q1.blocks = [Block(index=0, text="Le café est prêt")]
     q1.tool_calls = [ToolCall(index=0, id="c1", name="get_weather", arguments='{"city": "Lyon"}')]
-    q1.usage = Usage(input_tokens=10, output_tokens=5, reported=True)
+    # The cost classes: q1 read 4 tokens from a cache and reported 0 reasoning tokens, q2 reported
+    # a cache read of 0 and wrote 12, q5 reported 9 reasoning tokens and nothing of a cache.
+    q1.usage = Usage(
+        input_tokens=10, output_tokens=5, cache_read_input_tokens=4, reasoning_output_tokens=0, reported=True
+    )
 
     q2 = make("q2", T0 + timedelta(hours=1), model="claude-3", dialect="anthropic-messages", stop_reason="tool_use")
     q2.host = "api.anthropic.com"
@@ -51,7 +55,9 @@ def _records(make: Callable[..., Exchange]) -> list[Exchange]:
         ToolCall(index=0, id="c2", name="search", arguments="{}"),
         ToolCall(index=1, id="c3", name="get_weather", arguments="{}"),
     ]
-    q2.usage = Usage(input_tokens=20, output_tokens=7, reported=True)
+    q2.usage = Usage(
+        input_tokens=20, output_tokens=7, cache_read_input_tokens=0, cache_creation_input_tokens=12, reported=True
+    )
 
     q3 = make("q3", T0 + timedelta(hours=2), model="gpt-4o", outcome="error")
     q3.request.model = "gpt-4o-mini"
@@ -72,7 +78,7 @@ def _records(make: Callable[..., Exchange]) -> list[Exchange]:
     q5.request.end_user = "carol"
     q5.request.messages = user("jumps over the lazy dog")
     q5.blocks = [Block(index=0, text="the quick brown fox")]
-    q5.usage = Usage(input_tokens=1, output_tokens=2, reported=True)
+    q5.usage = Usage(input_tokens=1, output_tokens=2, reasoning_output_tokens=9, reported=True)
     return [q1, q2, q3, q4, q5]
 
 
@@ -297,7 +303,7 @@ def test_a_search_without_a_word_or_too_big_is_400(client: TestClient) -> None:
 def test_search_filters_stats_too(client: TestClient) -> None:
     groups = _get(client, "/v1/stats", {"group_by": "model", "q": "cafe"})["groups"]
     assert groups == [
-        {"model": "gpt-4o", "exchanges": 2, "input_tokens": 10, "output_tokens": 5, "usage_not_reported": 1}
+        _group("model", "gpt-4o", 2, 1, input=(10, 1), output=(5, 1), cache_read=(4, 1), reasoning=(0, 1))
     ]
 
 
@@ -466,43 +472,75 @@ def test_a_cursor_with_a_nul_is_400_on_both_engines(client: TestClient) -> None:
 
 # ----- stats -----
 
+#: The token classes of a stats group, as the API names them (the record's usage names).
+TOKEN_CLASSES = {
+    "input": "input_tokens",
+    "output": "output_tokens",
+    "cache_read": "cache_read_input_tokens",
+    "cache_creation": "cache_creation_input_tokens",
+    "reasoning": "reasoning_output_tokens",
+}
+
+
+def _group(by: str, key: str | None, exchanges: int, not_reported: int, **tokens: tuple[int, int]) -> dict[str, Any]:
+    """A stats group as the API gives it, from hand-written ``(sum, exchanges that reported it)``
+    per token class (``TOKEN_CLASSES``' short names); a class not given: ``(0, 0)``."""
+    assert set(tokens) <= set(TOKEN_CLASSES), tokens
+    group: dict[str, Any] = {by: key, "exchanges": exchanges, "usage_not_reported": not_reported}
+    for short, name in TOKEN_CLASSES.items():
+        group[name], group[f"{name}_reported"] = tokens.get(short, (0, 0))
+    return group
+
+
+# Per record (by hand from _records): (input, output, cache_read, cache_creation, reasoning),
+# None where not reported: q1 (10, 5, 4, -, 0), q2 (20, 7, 0, 12, -), q3 no usage event,
+# q4 (3, -, -, -, -), q5 (1, 2, -, -, 9).
+Q2 = {"input": (20, 1), "output": (7, 1), "cache_read": (0, 1), "cache_creation": (12, 1)}
+Q4 = {"input": (3, 1)}
+Q1_Q3_Q5 = {"input": (11, 2), "output": (7, 2), "cache_read": (4, 1), "reasoning": (9, 2)}
 STATS: dict[str, list[dict[str, Any]]] = {
     "model": [
-        {"model": "claude-3", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
-        {"model": "gpt-4o", "exchanges": 3, "input_tokens": 11, "output_tokens": 7, "usage_not_reported": 1},
-        {"model": None, "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+        _group("model", "claude-3", 1, 0, **Q2),
+        _group("model", "gpt-4o", 3, 1, **Q1_Q3_Q5),
+        _group("model", None, 1, 0, **Q4),
     ],
     "day": [
-        {"day": "2025-06-01", "exchanges": 4, "input_tokens": 31, "output_tokens": 14, "usage_not_reported": 1},
-        {"day": "2025-06-03", "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+        _group(
+            "day",
+            "2025-06-01",
+            4,
+            1,
+            input=(31, 3),
+            output=(14, 3),
+            cache_read=(4, 2),
+            cache_creation=(12, 1),
+            reasoning=(9, 2),
+        ),
+        _group("day", "2025-06-03", 1, 0, **Q4),
     ],
     "user": [
-        {"user": "alice", "exchanges": 2, "input_tokens": 10, "output_tokens": 5, "usage_not_reported": 1},
-        {"user": "bob", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
-        {"user": "carol", "exchanges": 1, "input_tokens": 1, "output_tokens": 2, "usage_not_reported": 0},
-        {"user": None, "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+        _group("user", "alice", 2, 1, input=(10, 1), output=(5, 1), cache_read=(4, 1), reasoning=(0, 1)),
+        _group("user", "bob", 1, 0, **Q2),
+        _group("user", "carol", 1, 0, input=(1, 1), output=(2, 1), reasoning=(9, 1)),
+        _group("user", None, 1, 0, **Q4),
     ],
     "dialect": [
-        {
-            "dialect": "anthropic-messages",
-            "exchanges": 1,
-            "input_tokens": 20,
-            "output_tokens": 7,
-            "usage_not_reported": 0,
-        },
-        {"dialect": "openai-chat", "exchanges": 4, "input_tokens": 14, "output_tokens": 7, "usage_not_reported": 1},
+        _group("dialect", "anthropic-messages", 1, 0, **Q2),
+        _group("dialect", "openai-chat", 4, 1, input=(14, 3), output=(7, 2), cache_read=(4, 1), reasoning=(9, 2)),
     ],
     "host": [
-        {"host": "api.anthropic.com", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
-        {"host": "api.openai.com", "exchanges": 3, "input_tokens": 11, "output_tokens": 7, "usage_not_reported": 1},
-        {"host": "localhost", "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+        _group("host", "api.anthropic.com", 1, 0, **Q2),
+        _group("host", "api.openai.com", 3, 1, **Q1_Q3_Q5),
+        _group("host", "localhost", 1, 0, **Q4),
     ],
 }
 
 
 def test_stats_by_hand(client: TestClient) -> None:
-    """Counts, token sums (of what was reported) and usage_not_reported per group, ordered by
-    the key, the group without one (null) last on both engines; day: the UTC date."""
+    """Counts, per token class the sum of what was reported and how many exchanges reported it
+    (a sum of 0 over reports, q2's cache read, is not "none reported", q1's cache creation),
+    and usage_not_reported per group, ordered by the key, the group without one (null) last on
+    both engines; day: the UTC date."""
     got = {g: _get(client, "/v1/stats", {"group_by": g}) for g in STATS}
     assert got == {g: {"group_by": g, "filters": {}, "groups": groups} for g, groups in STATS.items()}
 
@@ -512,19 +550,59 @@ def test_stats_with_filters(client: TestClient) -> None:
     assert body == {
         "group_by": "day",
         "filters": {"since": "2025-06-01T10:30:00.000000Z", "user": "alice"},
-        "groups": [
-            {"day": "2025-06-01", "exchanges": 1, "input_tokens": 0, "output_tokens": 0, "usage_not_reported": 1}
-        ],
+        "groups": [_group("day", "2025-06-01", 1, 1)],
     }
     assert _get(client, "/v1/stats", {"group_by": "host", "model": "none-such"})["groups"] == []
     assert _get(client, "/v1/stats", {"group_by": "model", "tool": "get_weather"})["groups"] == [
-        {"model": "claude-3", "exchanges": 1, "input_tokens": 20, "output_tokens": 7, "usage_not_reported": 0},
-        {"model": "gpt-4o", "exchanges": 1, "input_tokens": 10, "output_tokens": 5, "usage_not_reported": 0},
+        _group("model", "claude-3", 1, 0, **Q2),
+        _group("model", "gpt-4o", 1, 0, input=(10, 1), output=(5, 1), cache_read=(4, 1), reasoning=(0, 1)),
     ]
     assert _get(client, "/v1/stats", {"group_by": "user", "violation": "seq_gap"})["groups"] == [
-        {"user": "alice", "exchanges": 1, "input_tokens": 0, "output_tokens": 0, "usage_not_reported": 1},
-        {"user": None, "exchanges": 1, "input_tokens": 3, "output_tokens": 0, "usage_not_reported": 0},
+        _group("user", "alice", 1, 1),
+        _group("user", None, 1, 0, **Q4),
     ]
+
+
+def _sqlite_table_columns_read(conn: sa.Connection, statement: str, parameters: Any) -> set[str]:
+    """The ``exchanges`` columns the SQLite program of ``statement`` reads from the table
+    itself (``Column`` opcodes on a cursor opened on the table's root page), not from an index."""
+    root = conn.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = 'exchanges'")
+    table = root.scalar()
+    names = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(exchanges)")]
+    program = conn.exec_driver_sql(f"EXPLAIN {statement}", parameters).all()
+    cursors = {r[2] for r in program if r[1] == "OpenRead" and r[3] == table}
+    return {names[r[3]] for r in program if r[1] == "Column" and r[2] in cursors}
+
+
+@pytest.mark.parametrize("group_by", list(STATS))
+def test_stats_reads_an_index_not_the_table(client: TestClient, store: AuditStore, group_by: str) -> None:
+    """Every column stats reads is in the index it scans (a stats call that reads the table
+    reads every record: docs/performance.md). SQLite reads no column of the table, but, by
+    day, ``started_at`` of each day's first row: ``ix_exchanges_day`` is on an expression, which
+    SQLite (3.40) computes again for the group's key from the table row (a deferred seek, one
+    row per day), the sums come from the index. PostgreSQL, told to avoid sequential and bitmap
+    scans, makes an index only scan of each partition (an Index Scan when a column is missing)."""
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        statements.append((statement, parameters))
+
+    sa.event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        query.stats(store.engine, group_by, query.Filters())
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", capture)
+    (statement, parameters), *_ = [s for s in statements if "GROUP BY" in s[0]]
+    with store.engine.connect() as conn:
+        if store.engine.dialect.name == "sqlite":
+            read = _sqlite_table_columns_read(conn, statement, parameters)
+            assert read == ({"started_at"} if group_by == "day" else set()), read
+        else:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+            plan = [r[0] for r in conn.exec_driver_sql(f"EXPLAIN {statement}", parameters)]
+            scans = [line for line in plan if "Scan" in line]
+            assert scans and all("Index Only Scan" in line for line in scans), plan
 
 
 def test_stats_day_is_the_utc_date_around_midnight(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:

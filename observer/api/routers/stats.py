@@ -1,4 +1,5 @@
-"""``/v1/stats``: exchange counts and token usage per model, day, user, dialect or host."""
+"""``/v1/stats``: exchange counts and token usage (each token class: sum and exchanges reporting it) per model,
+day, user, dialect or host."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ def get_stats(
     filters: FiltersDep,
     group_by: Annotated[Literal["model", "day", "user", "dialect", "host"], Query(description="What to group by")],
 ) -> dict[str, Any]:
-    """Per group: exchanges, input and output tokens (sums of what was reported) and how many
-    exchanges reported no usage (their tokens are unknown, not 0), over the records matching
-    the filters. ``day`` is the UTC date of ``started_at``."""
+    """Per group, over the records matching the filters: exchanges; per token class (input,
+    output, cache read, cache creation, reasoning output: ``input_tokens``,
+    ``cache_read_input_tokens``... as in a record's usage) the sum of what was reported and, as
+    ``<class>_reported``, how many exchanges reported it (a count not reported is unknown, not
+    0: 0 reported is no report, a sum of 0 over reports is zero tokens); how many exchanges
+    reported no usage at all. ``day`` is the UTC date of ``started_at``."""
     groups = query.stats(store.engine, group_by, filters)
     note(request, rows=len(groups))
     return {"group_by": group_by, "filters": filters.given(), "groups": groups}
