@@ -41,6 +41,7 @@ SUITES: list[tuple[str, int, int]] = [
     ("latency", 240, 90),
     ("load", 300, 90),
     ("bulk", 180, 90),
+    ("held", 120, 60),
     ("scaleout", 180, 90),
     ("memory", 900, 120),
     ("metrics", 120, 60),

@@ -275,6 +275,15 @@ class Settings(BaseSettings):
     max_request_bytes: int = _limit(
         16 << 20, "Largest request body parsed for the record; a larger one is not parsed: oversize_request.", "bytes"
     )
+    max_held_request_bytes: int = _setting(
+        64 << 20,
+        "Request bodies held at once, all flows together, while only their response can show an LLM stream"
+        " (an AI SDK app's own route); past it a body streams on uncopied and, if LLM, is oversize_request."
+        " 0: none held.",
+        unit="bytes",
+        proxy=True,
+        ge=0,
+    )
     max_body_bytes: int = _limit(
         64 << 10, "Body kept verbatim of an error or non-stream answer (response_body); the rest is not kept.", "bytes"
     )

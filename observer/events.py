@@ -75,13 +75,16 @@ class StopEvent:
     content block): ``stop_reason`` canonical (draft §5.3 values where the mapping is exact,
     else the vendor's), ``stop_reason_raw`` as sent. ``choice``: the choice this reason ends
     when the response has several (OpenAI ``choices[].index`` with ``n > 1``, Gemini
-    ``candidates[].index``), whose text is the ``text`` block of the same index; ``None``: the
-    message (a dialect without choices)."""
+    ``candidates[].index``), whose text is the ``text`` block of index ``text_block`` (``None``:
+    the same index as the choice, as OpenAI's); ``choice`` ``None``: the message (a dialect
+    without choices). Gemini writes candidate ``c``'s answer to block ``2c`` (its thoughts to
+    ``2c + 1``), so its stop events say ``text_block=2c``."""
 
     seq: int | None
     stop_reason: str | None
     stop_reason_raw: str | None
     choice: int | None = None
+    text_block: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

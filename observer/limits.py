@@ -15,6 +15,9 @@ class Limits:
     - ``max_event_bytes``: one SSE event (``oversize_event``).
     - ``max_stream_text_chars``: generated text + tool arguments kept per stream (``oversize_stream``).
     - ``max_request_bytes``: request body parsed for the record (``oversize_request``).
+    - ``max_held_request_bytes``: not per flow but per proxy: the request bodies held at once,
+      across all flows, until their response headers say whether they are LLM traffic
+      (``observer.capture.held.HeldBudget``; ``oversize_request`` naming it).
     - ``max_body_bytes``: body kept verbatim for non-2xx / non-SSE answers (``response_body``).
     - ``max_violations``, ``max_tool_calls``, ``max_blocks``: items kept per record; beyond
       them items are counted in one ``oversize_record`` violation (a hostile stream of millions
@@ -32,6 +35,7 @@ class Limits:
     max_event_bytes: int = 1 << 20
     max_stream_text_chars: int = 8 << 20
     max_request_bytes: int = 16 << 20
+    max_held_request_bytes: int = 64 << 20
     max_body_bytes: int = 64 << 10
     max_json_body_bytes: int = 16 << 20
     max_stream_events: int = 500_000

@@ -140,7 +140,8 @@ class Reassembler:
         self._request_id: str | None = None
         self._stop_reason: str | None = None
         self._stop_reason_raw: str | None = None
-        self._choices: dict[int, tuple[str | None, str | None]] = {}  # choice -> (stop_reason, raw)
+        # choice -> (stop_reason, raw, the index of its text block)
+        self._choices: dict[int, tuple[str | None, str | None, int]] = {}
         self._response_id: str | None = None
         self._system_fingerprint: str | None = None
         self._service_tier: str | None = None
@@ -242,7 +243,8 @@ class Reassembler:
                 if ev.choice is not None and (
                     ev.choice in self._choices or len(self._choices) < self._limits.max_blocks
                 ):
-                    self._choices[ev.choice] = (self._stop_reason, self._stop_reason_raw)
+                    block = ev.choice if ev.text_block is None else ev.text_block
+                    self._choices[ev.choice] = (self._stop_reason, self._stop_reason_raw, block)
             case ModelEvent():
                 if ev.model:
                     self._model = clip(ev.model, MAX_NAME_CHARS)
@@ -545,13 +547,14 @@ class Reassembler:
     def _choice_results(self, blocks: list[Block]) -> list[dict[str, Any]] | None:
         """One result per choice, in index order, when the response had several choices (or
         one whose index is not 0); else ``None`` (the record's ``text``/``stop_reason`` are it).
-        A choice's text is its ``text`` block (the same index; "" without one)."""
+        A choice's text is its ``text`` block (``StopEvent.text_block``, by default the choice's
+        own index; "" without one)."""
         if not self._choices or list(self._choices) == [0]:
             return None
         texts = {b.index: b.text for b in blocks if b.type == "text"}
         return [
-            {"index": c, "text": texts.get(c, ""), "stop_reason": reason, "stop_reason_raw": raw}
-            for c, (reason, raw) in sorted(self._choices.items())
+            {"index": c, "text": texts.get(block, ""), "stop_reason": reason, "stop_reason_raw": raw}
+            for c, (reason, raw, block) in sorted(self._choices.items())
         ]
 
 

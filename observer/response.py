@@ -29,7 +29,10 @@ class ResponseSpec:
     (draft §4.6), whether it asked for a stream (``request_stream``; ``None``: it did not say),
     the ``limits``, and the per-message encoding of an enveloped stream (``message_encoding``:
     the ``connect-content-encoding`` or ``grpc-encoding`` response header as sent, ``None`` when
-    absent or not given; ``observer.wire.frames.EnvelopeFramer``)."""
+    absent or not given; ``observer.wire.frames.EnvelopeFramer``), and ``response_id``: the value
+    of the response header the dialect names as its response's id (``response_id_header``:
+    Bedrock's ``x-amzn-requestid``), ``None`` without one; the record's ``response_id`` unless the
+    body names one (``observer.tap``)."""
 
     dialect: str
     status_code: int
@@ -42,6 +45,7 @@ class ResponseSpec:
     request_stream: bool | None = None
     limits: Limits = DEFAULT_LIMITS
     message_encoding: str | None = None
+    response_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the journal keeps it with an open exchange); ``from_dict`` inverts it."""

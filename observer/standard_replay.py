@@ -26,7 +26,9 @@ the stream gives the same text, text blocks, tool calls, usage, stop reason, err
   ``null`` (the record keeps names only, draft §8.3); ``llm-stream-observer:recorded_dialect``
   (the dialect the exchange was recorded in, so a reader knows whose shapes the messages and
   tools are in) and, when tools were declared, ``llm-stream-observer:tool_names`` (the names the
-  recorded dialect read from them).
+  recorded dialect read from them); ``llm-stream-observer:tools_declared_elsewhere``
+  (``true``) when the record's tool calls are ``declared: null`` (the recorded request did not
+  declare its tools, e.g. an AI SDK app's: the standard dialect then judges none either).
 
 **The events** (draft §5.2-§5.4), ``v`` ``"1.0"``, ``seq`` 0, 1, 2, … in this order:
 
@@ -60,10 +62,13 @@ the stream gives the same text, text blocks, tool calls, usage, stop reason, err
    shape of a stop reason, and the only block the round trip adds; when nothing replayed
    opened that index (index 0 of a record with no replayed block and no tool call), an empty
    ``content.delta`` opens it first (draft §5.4: each block a ``content.stop`` ends was begun).
+   Before it, per-choice results (``choices``: OpenAI ``n > 1``, Gemini ``candidateCount``), in
+   the record's order: one ``content.stop`` per choice at its text block (``choice_blocks``) with
+   the choice's ``stop_reason``, its raw one as above and ``extensions["llm-stream-observer:choice"]``
+   (the choice's index), which the standard dialect reads back as that choice's stop. A draft
+   reader without the extension sees each answer's block stopped with its reason. The message's
+   ``content.stop`` follows when the last choice's stop does not already give it.
 6. ``usage`` when usage was reported (draft: SHOULD, not MUST): ``usage_fields``.
-
-Not replayed: per-choice results (``choices``, OpenAI ``n > 1``): each choice's text is its
-block, but which stop reason ended which choice is not carried (the message's is).
 7. ``error`` when the record has one: ``code`` and ``message`` (``null`` when not sent).
 8. ``stream.end`` (with ``request_id`` when known) only when the stream ended (``ended``):
    a ``completed`` record, or an ``error`` one without a ``missing_stream_end`` violation. A
@@ -91,6 +96,8 @@ VERSION = "1.0"  # draft §4.2 ``version``, §5.2 ``v``
 NAMESPACE = "llm-stream-observer"  # our ``vendor`` part of extension keys (draft §4.7)
 BLOCK_TYPE = f"{NAMESPACE}:block_type"
 STOP_REASON_RAW = f"{NAMESPACE}:stop_reason_raw"
+CHOICE = f"{NAMESPACE}:choice"
+TOOLS_DECLARED_ELSEWHERE = f"{NAMESPACE}:tools_declared_elsewhere"
 RECORDED_DIALECT = f"{NAMESPACE}:recorded_dialect"
 TOOL_NAMES = f"{NAMESPACE}:tool_names"
 #: The record's response identity, on ``stream.start`` (``extensions``), when known.
@@ -104,13 +111,16 @@ TOOL_USE = "tool_use"
 
 __all__ = [
     "BLOCK_TYPE",
+    "CHOICE",
     "DELTA_MAX_CHARS",
     "RECORDED_DIALECT",
     "STOP_REASON_RAW",
     "IDENTITY_KEYS",
     "TOOL_NAMES",
+    "TOOLS_DECLARED_ELSEWHERE",
     "USAGE_DETAILS",
     "USAGE_KEYS",
+    "choice_blocks",
     "encode_sse",
     "ended",
     "message_stop_index",
@@ -150,6 +160,8 @@ def request_envelope(exchange: Exchange) -> dict[str, Any]:
     extensions[RECORDED_DIALECT] = exchange.dialect
     if request.tool_names:
         extensions[TOOL_NAMES] = list(request.tool_names)
+    if any(call.declared is None for call in exchange.tool_calls):
+        extensions[TOOLS_DECLARED_ELSEWHERE] = True
     envelope["extensions"] = extensions
     return envelope
 
@@ -185,8 +197,19 @@ def stream_events(exchange: Exchange, *, all_blocks: bool = False) -> list[dict[
             events.add("content.stop", {"index": block.index, "stop_reason": block.stop_reason})
             last_stop, stopped = block.stop_reason, True
 
-    reason, raw = exchange.stop_reason, exchange.stop_reason_raw
     given = (last_stop, last_stop) if stopped else (None, None)
+    opened = {b.index for b in blocks} | {c.index for c in exchange.tool_calls}
+    for choice, index in choice_blocks(exchange):
+        if index not in opened:  # a choice without text: its (empty) block is opened first
+            events.add("content.delta", {"index": index, "role": "assistant", "delta": {"text": ""}})
+            opened.add(index)
+        choice_ext: dict[str, Any] = {CHOICE: choice["index"]}
+        if choice["stop_reason_raw"] != choice["stop_reason"]:
+            choice_ext[STOP_REASON_RAW] = choice["stop_reason_raw"]
+        events.add("content.stop", {"index": index, "stop_reason": choice["stop_reason"], "extensions": choice_ext})
+        given = (choice["stop_reason"], choice["stop_reason_raw"])
+
+    reason, raw = exchange.stop_reason, exchange.stop_reason_raw
     if (reason, raw) != given:
         index = message_stop_index(exchange, blocks)
         if not blocks and index not in {c.index for c in exchange.tool_calls}:
@@ -224,6 +247,36 @@ def usage_fields(usage: Usage) -> dict[str, Any]:
     if extensions:
         fields["extensions"] = extensions
     return fields
+
+
+def choice_blocks(exchange: Exchange) -> list[tuple[dict[str, Any], int]]:
+    """(choice, the index of the block its ``content.stop`` goes to) per recorded choice, in the
+    record's order. The record keeps each choice's text, not its block's index (OpenAI's choice
+    ``c`` writes block ``c``, Gemini's candidate ``c`` block ``2c``), so the block is found by its
+    text: the ``text`` block of the choice's own index when its text is the choice's, else the
+    first one not yet taken whose text is, else the first whose text is (two choices with one
+    text may share it); a choice whose text no block has (an empty one) gets its own index if
+    nothing is there, else the first index above every block and tool call.
+    Read back, each choice gets the text of that block, which is its own."""
+    texts = {b.index: b.text for b in exchange.blocks if b.type == TEXT}
+    used = {b.index for b in exchange.blocks} | {c.index for c in exchange.tool_calls if c.index is not None}
+    taken: set[int] = set()
+    out: list[tuple[dict[str, Any], int]] = []
+    for choice in exchange.choices or []:
+        own, text = choice["index"], choice["text"] or ""
+        same = [i for i in sorted(texts) if texts[i] == text]
+        free = [i for i in same if i not in taken]
+        if own in free:
+            index = own
+        elif free or same:
+            index = (free or same)[0]
+        elif own not in used and own not in taken:
+            index = own
+        else:
+            index = max(used | taken) + 1
+        taken.add(index)
+        out.append((choice, index))
+    return out
 
 
 def ended(exchange: Exchange) -> bool:

@@ -15,8 +15,9 @@ kept verbatim.
 Each message's data is parsed once, with orjson straight from the bytes (which validates UTF-8),
 and offered to the adapter's fast lane (``fast``: a text delta or tool-argument fragment goes to
 the reassembler with no canonical event built), else its ``on_object``
-(``observer.dialects.base.StreamAdapter``). Data that does not parse, and an SSE event type that
-is not ASCII, take the general path: the message in its text form
+(``observer.dialects.base.StreamAdapter``). An SSE event of type ``error`` is an error whatever
+the adapter makes of it (``observer.dialects.sse_errors``). Data that does not parse, and an SSE
+event type that is not ASCII, take the general path: the message in its text form
 (``observer.wire.frames.text_message``) to ``on_message``, so ``invalid_utf8`` / ``invalid_json``
 are reported as the dialect says; the record is the same either way
 (tests/unit/test_fast_lane.py). This module knows no framing: a new one is a framer that returns
@@ -44,7 +45,9 @@ from collections.abc import Callable
 import orjson
 
 from observer.dialects.base import Dialect
+from observer.dialects.sse_errors import ERROR_TYPE, NOT_JSON, with_error
 from observer.errors import ObserverError
+from observer.events import ResponseIdentity
 from observer.limits import MAX_NAME_CHARS, clip
 from observer.reassembly import EndCause, Reassembler
 from observer.records import Outcome, Violation, ViolationKind, utc_from_epoch
@@ -123,7 +126,7 @@ class StreamObserver:
         self._spec = spec
         self._facts = ResponseFacts()
         self._limits = limits
-        self._reassembler = Reassembler(spec.tool_names, spec.request_id, limits=limits)
+        self._reassembler = self._new_reassembler()
         self._adapter = dialect.new_adapter(spec)
         self._http_error = not 200 <= spec.status_code < 300
         mtype = spec.media_type
@@ -186,6 +189,16 @@ class StreamObserver:
                 on_binary = lambda message: on_message(binary_frame(message))  # noqa: E731
             self._on_binary = on_binary
             self._dispatch = self._dispatch_binary  # type: ignore[method-assign]
+
+    def _new_reassembler(self) -> Reassembler:
+        """A reassembler for the response (or its next turn), knowing the response's id from its
+        header when the dialect names one (``ResponseSpec.response_id``): an id the body names
+        later replaces it."""
+        spec = self._spec
+        reassembler = Reassembler(spec.tool_names, spec.request_id, limits=spec.limits)
+        if spec.response_id:
+            reassembler.apply(ResponseIdentity(None, response_id=spec.response_id), spec.started_at_s)
+        return reassembler
 
     @property
     def needs_arrival_times(self) -> bool:
@@ -277,7 +290,9 @@ class StreamObserver:
                         continue
                     if fast is not None and not r._ended:
                         event = item[0]
-                        if (not event or event.isascii()) and fast(event, obj, r, now_s):
+                        # An ``error`` event is never a delta: it takes the general mapping,
+                        # whose error rule (``observer.dialects.sse_errors``) the lane skips.
+                        if (not event or (event.isascii() and event != b"error")) and fast(event, obj, r, now_s):
                             continue
                     self._mapped(item, obj, now_s)
                 else:
@@ -329,8 +344,7 @@ class StreamObserver:
         self.turns_cut += 1
         self._cut_bytes = total
         self._turn_start_s = now_s
-        spec = self._spec
-        self._reassembler = Reassembler(spec.tool_names, spec.request_id, limits=self._limits)
+        self._reassembler = self._new_reassembler()
         self._adapter.next_turn()
         self._messages = 0
 
@@ -359,6 +373,9 @@ class StreamObserver:
                 self._general(message, now_s)
                 return
             parsed = _ParsedEvent(name, raw, id, retry, size)
+            if name == ERROR_TYPE:  # the rule of observer.dialects.sse_errors
+                self._apply(with_error(self._on_object(parsed, obj), obj, raw), now_s)  # type: ignore[misc]
+                return
         self._apply(self._on_object(parsed, obj), now_s)  # type: ignore[misc]
 
     def _general(self, message: Message, now_s: float) -> None:
@@ -375,7 +392,10 @@ class StreamObserver:
                 self._general(part, now_s)
             return
         text, bad = text_message(message)
-        self._apply(self._adapter.on_message(text), now_s)
+        items = self._adapter.on_message(text)
+        if text.event == ERROR_TYPE:  # the rule of observer.dialects.sse_errors
+            items = with_error(items, NOT_JSON, text.data)
+        self._apply(items, now_s)
         if bad is not None:
             self._reassembler.violation(bad)
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
-from observer.capture.request import spec_tool_names
+from observer.capture.request import response_id_of, spec_tool_names
 from observer.dialects.base import Dialect, RequestView, StreamAdapter
 from observer.dialects.registry import default_registry
 from observer.limits import DEFAULT_LIMITS, Limits
@@ -124,6 +124,7 @@ def observe_case(case: Case, chunks: Iterable[bytes], *, limits: Limits = DEFAUL
         limits=limits,
         path=case.path,
         request_headers=case.request_headers,
+        response_headers=case.response_headers,
     )
 
 
@@ -140,6 +141,7 @@ def observe(
     path: str = "/v1/stream",
     request_headers: dict[str, str] | None = None,
     general: bool = False,
+    response_headers: dict[str, str] | None = None,
 ) -> Any:
     """Feeds ``chunks`` as the response of ``request_body`` (sent as ``POST path``) and returns
     the record dict, or for a stream cut into turns (``observer.tap``: Cursor) the list of its
@@ -173,6 +175,7 @@ def observe(
         facts.request_id,
         facts.stream,
         limits,
+        response_id=response_id_of(dialect, {k.lower(): v for k, v in (response_headers or {}).items()}),
     )
     obs = StreamObserver(dialect, spec)
     t = T0

@@ -22,9 +22,27 @@ What it costs: per held request, one copy of its body in the proxy's memory (at 
 host's requests that a dialect claims by their headers (chat completions, messages, ...) are
 not held: they are read as before.
 
+All held copies together are bounded too (``HeldBudget``, ``max_held_request_bytes``, 64 MiB by
+default; one per proxy, owned by its addon with the table of held requests, ``HeldRequests``):
+many parallel uploads must not make the proxy hold N x 16 MiB of bodies that are mostly not LLM
+traffic (``bench/held.py``, docs/performance.md: twelve parallel 15 MB uploads took +184 MB of
+proxy RSS before, +75 MB with the default budget). Each chunk's
+bytes are reserved as they are copied and given back when the copy is dropped (``release``:
+not LLM; the flow's response, error, client connection or the proxy ended) or adopted (it is
+the record's request from then on, kept per flow as any observed request body is). When a
+chunk does not fit, that flow's copy stops and what it held is dropped at once (not kept half):
+half a body cannot be parsed, so keeping it would only hold memory that other copies can use
+to finish; the flow streams on untouched, its bytes counted. A body whose declared
+``Content-Length`` does not fit in what is free is not copied at all (never a copy started
+only to be dropped). No other flow's copy is evicted to make room: the flow whose chunk does
+not fit is the one whose copy stops.
+
 Failure modes, each on the record, never a silently empty request:
 
 - over the cap: ``oversize_request`` with ``body_bytes`` (declared, or as streamed);
+- over the shared budget: ``oversize_request`` naming ``max_held_request_bytes``, with
+  ``body_bytes`` as streamed (a kind of its own would say nothing more: the body was not
+  parsed for a memory cap, and the detail names which);
 - still uploading when the response headers arrive (HTTP/2, or an HTTP/1.1 server answering
   early): the body is read when the upload ends (the ``request`` hook, which mitmproxy runs at
   the end of a streamed upload, also after the response started); when the exchange ends first,
@@ -45,8 +63,42 @@ from observer.dialects.base import Dialect, RequestView
 from observer.limits import Limits
 from observer.records import Violation, ViolationKind
 
-#: The ``flow.metadata`` key of a held request body (``HeldRequest``).
-HELD_KEY = "llm_audit.held"
+
+class HeldBudget:
+    """The bytes of held request copies across all flows of one proxy, at most ``limit_bytes``
+    (``max_held_request_bytes``). ``RequestTap`` reserves each chunk as it copies it and gives
+    its bytes back when its copy is dropped or adopted; ``used_bytes`` is then the bytes held
+    now, ``peak_bytes`` the most ever held at once, ``refused`` the copies stopped or not
+    started for want of budget. ``limit_bytes`` may change while copies are held (a smaller
+    one refuses new bytes until enough are given back)."""
+
+    __slots__ = ("limit_bytes", "peak_bytes", "refused", "used_bytes")
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+        self.peak_bytes = 0
+        self.refused = 0
+
+    def fits(self, n_bytes: int) -> bool:
+        """True when ``n_bytes`` more fit now; else False, counted in ``refused``."""
+        if self.used_bytes + n_bytes <= self.limit_bytes:
+            return True
+        self.refused += 1
+        return False
+
+    def reserve(self, n_bytes: int) -> bool:
+        """Reserves ``n_bytes`` of copy; False (nothing reserved, counted in ``refused``) when
+        they do not fit."""
+        if not self.fits(n_bytes):
+            return False
+        self.used_bytes += n_bytes
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+        return True
+
+    def give_back(self, n_bytes: int) -> None:
+        """Gives back ``n_bytes`` reserved before (a copy dropped or adopted)."""
+        self.used_bytes -= n_bytes
 
 
 @dataclass(slots=True)
@@ -77,20 +129,81 @@ def holds(candidates: tuple[Dialect, ...], view: RequestView, llm_host: bool) ->
     return llm_host and any(d.may_match_response(view) for d in candidates)  # type: ignore[attr-defined]
 
 
-def hold(view: RequestView, limits: Limits) -> HeldRequest:
-    """The held body of ``view``: a ``RequestTap`` of ``max_request_bytes``, or, declared over
-    it (``Content-Length``), no copy and its ``oversize_request``."""
+class HeldRequests:
+    """The held request bodies of one proxy (its addon's) and their ``budget``: by flow id, and
+    by client connection, so that a connection that closed drops the copies of its flows that
+    mitmproxy ended without a hook (``release_client``), and the proxy's end drops the rest
+    (``release_all``). ``pop`` hands one over to be adopted or released."""
+
+    __slots__ = ("_clients", "_flows", "budget")
+
+    def __init__(self, budget: HeldBudget) -> None:
+        self.budget = budget
+        self._flows: dict[str, tuple[str, HeldRequest]] = {}  # flow id -> (client connection id, held)
+        self._clients: dict[str, set[str]] = {}  # client connection id -> its flow ids
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def add(self, flow_id: str, client_id: str, held: HeldRequest) -> None:
+        self.release(flow_id)  # (a flow holds one body)
+        self._flows[flow_id] = (client_id, held)
+        self._clients.setdefault(client_id, set()).add(flow_id)
+
+    def pop(self, flow_id: str) -> HeldRequest | None:
+        """The held body of flow ``flow_id``, no longer in the table, or ``None``; the caller
+        adopts or releases it."""
+        entry = self._flows.pop(flow_id, None)
+        if entry is None:
+            return None
+        client_id, held = entry
+        ids = self._clients.get(client_id)
+        if ids is not None:
+            ids.discard(flow_id)
+            if not ids:
+                del self._clients[client_id]
+        return held
+
+    def release(self, flow_id: str) -> None:
+        """Drops the held body of flow ``flow_id``, if any."""
+        held = self.pop(flow_id)
+        if held is not None:
+            held.release()
+
+    def release_client(self, client_id: str) -> int:
+        """Drops the held bodies of client connection ``client_id``; how many."""
+        ids = list(self._clients.get(client_id, ()))
+        for flow_id in ids:
+            self.release(flow_id)
+        return len(ids)
+
+    def release_all(self) -> int:
+        """Drops every held body (the proxy stops); how many."""
+        ids = list(self._flows)
+        for flow_id in ids:
+            self.release(flow_id)
+        return len(ids)
+
+
+def hold(view: RequestView, limits: Limits, budget: HeldBudget) -> HeldRequest:
+    """The held body of ``view``: a ``RequestTap`` of ``max_request_bytes`` whose copy is
+    reserved in ``budget``; declared over ``max_request_bytes`` (``Content-Length``), no copy
+    and its ``oversize_request``; declared over what ``budget`` has free, a tap that copies
+    nothing (``RequestTap.starve``: its bytes still counted)."""
     length = view.headers.get("content-length", "").strip()
     too_large = declared_too_large(length, limits)
     if too_large is not None:
         return HeldRequest(None, too_large, int(length))
-    return HeldRequest(RequestTap(limits.max_request_bytes))
+    tap = RequestTap(limits.max_request_bytes, budget=budget)
+    if length.isdigit() and not budget.fits(int(length)):
+        tap.starve()
+    return HeldRequest(tap)
 
 
 def adopt(state: FlowState, held: HeldRequest | None) -> None:
     """Makes ``held`` the request body of ``state``, a flow its response claimed: the copy is
     read as the request (``state.request_tap``, ``state.held``: read once the upload has
-    ended); a body declared over the cap gives its size and ``oversize_request``; no held body
+    ended), its bytes given back to the held budget (``RequestTap.detach``); a body declared over the cap gives its size and ``oversize_request``; no held body
     (``None``) its size when declared and ``non_held_request``'s violation."""
     request = state.exchange.request
     if held is None:
@@ -107,6 +220,7 @@ def adopt(state: FlowState, held: HeldRequest | None) -> None:
         if held.too_large is not None:
             state.violations.append(held.too_large)
     else:
+        held.tap.detach()  # the record's request now: out of the budget of undecided copies
         state.request_tap = held.tap
         state.held = True
 
@@ -130,4 +244,4 @@ def non_held_request(view: RequestView) -> Violation | None:
     )
 
 
-__all__ = ["HELD_KEY", "HeldRequest", "adopt", "hold", "holders", "holds", "non_held_request"]
+__all__ = ["HeldBudget", "HeldRequest", "HeldRequests", "adopt", "hold", "holders", "holds", "non_held_request"]

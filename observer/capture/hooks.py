@@ -11,7 +11,9 @@ mitmproxy's own readers and drives these hooks with them). Hook use follows mitm
 - ``requestheaders``: classify by host and headers (cheap); other traffic gets ``stream = True``
   on the request (and later the response) so it is never buffered and never recorded, except
   that a request on an LLM host that a response-recognised dialect may still claim has its body
-  copied on the side as it streams on (``capture.held``), until its response headers decide.
+  copied on the side as it streams on (``capture.held``), until its response headers decide,
+  all such copies together within ``max_held_request_bytes`` (dropped on every end of the flow:
+  ``response``, ``error``, ``client_disconnected``, ``done``).
 - ``request``: read the (buffered) request body of an observed flow (``capture.request``).
 - ``responseheaders``: the response's spec goes to the backend (``capture.backend``) and a
   per-flow stream callable (``capture.tap.StreamTap``) returns every chunk unchanged.
@@ -47,13 +49,14 @@ from observer.capture.backend import FailoverBackend, InProcessBackend
 from observer.capture.batcher import TapBatcher, running_loop
 from observer.capture.flows import FlowState, FlowTable, Sink
 from observer.capture.guard import Resolved, UpstreamGuard, build_guard, is_local, literal, resolve
-from observer.capture.held import HELD_KEY, adopt, hold, holders, holds
+from observer.capture.held import HeldBudget, HeldRequests, adopt, hold, holders, holds
 from observer.capture.request import (
     RequestRead,
     RequestTap,
     declared_too_large,
     flow_record_id,
     read_request,
+    response_id_of,
     skeleton,
     spec_tool_names,
 )
@@ -130,6 +133,8 @@ class LLMAudit:
         self._last_refusal_log = -60.0
         self._settings = Settings.model_construct()  # the defaults until ``configure``
         self._limits = self._settings.limits
+        # request bodies held until their response headers decide (capture.held), and their budget
+        self._held = HeldRequests(HeldBudget(self._limits.max_held_request_bytes))
         self._batcher = TapBatcher(running_loop)
         self._sockets.batcher = self._batcher
         self._use_worker = worker  # None: the observer_worker option decides
@@ -185,6 +190,12 @@ class LLMAudit:
     def open_exchanges(self) -> int:
         """Exchanges whose record is not made yet (streaming, or finishing)."""
         return self._flows.open_count + len(self._deferred)
+
+    @property
+    def held_requests(self) -> HeldRequests:
+        """The request bodies held until their response headers decide, and their budget
+        (``capture.held``)."""
+        return self._held
 
     @property
     def worker_deaths(self) -> int:
@@ -262,6 +273,7 @@ class LLMAudit:
                 raise exceptions.OptionsError(f"observer_alerts_file: {exc}") from None
         self._settings = settings
         self._limits = settings.limits
+        self._held.budget.limit_bytes = settings.limits.max_held_request_bytes
         self._sockets.limits = settings.limits
         self._hosts = settings.llm_host_list
         self._intercept_all = settings.intercept == "all"
@@ -437,6 +449,7 @@ class LLMAudit:
             handle.cancel()
             self._flows.finish(state, end, status)
         self._batcher.drain()
+        self._held.release_all()  # bodies still held for a response that will not come now
         now = time.time()
         for state in self._flows.take_all():
             self._flows.finish(state, StreamEnd(EndCause.SHUTDOWN, now, transport_error="observer shut down"))
@@ -615,8 +628,8 @@ class LLMAudit:
             if dialect is None:
                 flow.request.stream = True  # not ours: never buffer someone else's upload
                 if holds(self._response_holders(), view, llm_host):  # ... but its response may claim it
-                    held = hold(view, self._limits)
-                    flow.metadata[HELD_KEY] = held
+                    held = hold(view, self._limits, self._held.budget)
+                    self._held.add(flow.id, flow.client_conn.id, held)
                     if held.tap is not None:
                         flow.request.stream = held.tap  # streamed on unchanged, a bounded copy kept
                 return
@@ -704,6 +717,7 @@ class LLMAudit:
                 request_stream=request.stream,
                 limits=self._limits,
                 message_encoding=resp.headers.get("connect-content-encoding") or resp.headers.get("grpc-encoding"),
+                response_id=response_id_of(state.dialect, resp.headers),
             )
             flush_bytes = self._backend.open(state.key, spec)
             state.opened = True
@@ -765,6 +779,7 @@ class LLMAudit:
         complete): recorded as ``client_aborted`` instead of lingering until shutdown (trial
         finding: 20k resets leaked state and surfaced as phantom ``interrupted`` records)."""
         self._connect_allowed.pop(client.id, None)
+        self._held.release_client(client.id)  # held bodies of flows ended without a hook
         states = self._flows.of_client(client.id)
         if states:
             end = StreamEnd(EndCause.CLIENT_ABORTED, time.time(), transport_error="client disconnected")
@@ -794,21 +809,25 @@ class LLMAudit:
     def _reclassify(self, flow: http.HTTPFlow, state: FlowState | None) -> FlowState | None:
         """Lets the response headers name the dialect (registry ``classify_response``). A flow
         first seen here was not recognised by its request: its body, streamed on, is the copy
-        held for it (``capture.held.adopt``), dropped when the response does not claim it."""
-        held = flow.metadata.pop(HELD_KEY, None)
-        view = state.view if state is not None else _request_view(flow)
-        headers = {k.lower(): v for k, v in flow.response.headers.items()}
-        current = state.dialect if state is not None else None
-        dialect = self._registry.classify_response(view, headers, current, self._is_llm_host(flow))
-        if dialect is None or dialect is current:
+        held for it (``capture.held.adopt``), dropped when the response does not claim it (or
+        when this fails: never left reserved)."""
+        held = self._held.pop(flow.id)
+        try:
+            view = state.view if state is not None else _request_view(flow)
+            headers = {k.lower(): v for k, v in flow.response.headers.items()}
+            current = state.dialect if state is not None else None
+            dialect = self._registry.classify_response(view, headers, current, self._is_llm_host(flow))
+            if dialect is None or dialect is current:
+                return state
+            if state is None:
+                state = _new_state(flow, dialect, view)
+                adopt(state, held)
+                held = None
+                self._track(flow, state)
+                return state
+        finally:
             if held is not None:
                 held.release()
-            return state
-        if state is None:
-            state = _new_state(flow, dialect, view)
-            adopt(state, held)
-            self._track(flow, state)
-            return state
         state.dialect = dialect
         state.exchange.dialect = dialect.name
         raw = flow.request.raw_content
@@ -918,9 +937,7 @@ class LLMAudit:
     def _pop(self, flow: http.HTTPFlow) -> FlowState | None:
         """The flow's state, unless it is not observed or was already finished (a body still
         held for it is dropped)."""
-        held = flow.metadata.pop(HELD_KEY, None)
-        if held is not None:
-            held.release()
+        self._held.release(flow.id)
         self._flows.untrack(flow.id)
         state = flow.metadata.pop(METADATA_KEY, None)
         return None if state is None or state.finished else state

@@ -8,8 +8,9 @@ from __future__ import annotations
 import bisect
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from observer.dialects.base import Dialect, RequestView
 from observer.errors import ObserverError
@@ -17,6 +18,9 @@ from observer.limits import Limits
 from observer.records import Exchange, RequestFacts, Violation, ViolationKind, utc_from_epoch
 from observer.redact import MAX_CHARS, MAX_FIELDS, redact_path, redact_request
 from observer.wire.content import LIMIT_CODE, make_decoder
+
+if TYPE_CHECKING:
+    from observer.capture.held import HeldBudget
 
 #: The UUID 5 namespace of record ids derived from mitmproxy flow ids (``flow_record_id``).
 FLOW_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:llm-stream-observer:ingest")
@@ -118,9 +122,22 @@ def redacted(facts: RequestFacts, violations: list[Violation]) -> list[str]:
 def spec_tool_names(dialect: Dialect, request: RequestFacts) -> tuple[str, ...] | None:
     """``ResponseSpec.tool_names`` of ``request`` read by ``dialect``: its declared tool names,
     or ``None`` when the dialect's requests never declare tools (its ``declares_tools`` is
-    False, e.g. the AI SDK UI request: tools live on the app's server), so that each tool call's
-    ``declared`` is unknown rather than ``undeclared_tool`` (``observer.reassembly``)."""
-    return tuple(request.tool_names) if getattr(dialect, "declares_tools", True) else None
+    False, or its ``declares_tools(request)`` says so of this one, e.g. the AI SDK UI request:
+    tools live on the app's server), so that each tool call's ``declared`` is unknown rather
+    than ``undeclared_tool`` (``observer.reassembly``)."""
+    declares = getattr(dialect, "declares_tools", True)
+    if callable(declares):
+        declares = declares(request)
+    return tuple(request.tool_names) if declares else None
+
+
+def response_id_of(dialect: Dialect, headers: Mapping[str, str]) -> str | None:
+    """``ResponseSpec.response_id``: the value of the response header ``dialect`` names as its
+    response's id (``response_id_header``, ``observer.dialects.base.Dialect``), ``None`` when it
+    names none or the header is absent or empty. ``headers``: the response's, any case."""
+    name = getattr(dialect, "response_id_header", None)
+    value = headers.get(name) if name else None
+    return value or None
 
 
 def declared_too_large(length: str, limits: Limits) -> Violation | None:
@@ -150,17 +167,26 @@ class RequestTap:
     400 MB chunked upload was held whole), with each chunk's arrival time (``clock()``, epoch
     seconds; the first ``MAX_UPLOAD_MARKS`` chunks): a multi-turn stream's later turn reads the
     upload as it was when that turn ended (``body(until_s)``) and starts at the client's next
-    message (``first_after``). Never raises."""
+    message (``first_after``). Never raises.
 
-    __slots__ = ("_buf", "_clock", "_ends", "_max", "_times", "over", "total_bytes")
+    With a ``budget`` (a held body, ``capture.held.HeldBudget``), each chunk kept is reserved
+    in it first; one that does not fit stops the copy (``starved``: dropped, as when it
+    outgrows ``max_bytes``); the copy's bytes go back to it when the copy is dropped
+    (``release``) or adopted (``detach``)."""
 
-    def __init__(self, max_bytes: int, clock: Callable[[], float] | None = None) -> None:
+    __slots__ = ("_budget", "_buf", "_clock", "_ends", "_max", "_times", "over", "starved", "total_bytes")
+
+    def __init__(
+        self, max_bytes: int, clock: Callable[[], float] | None = None, budget: HeldBudget | None = None
+    ) -> None:
         self._buf = bytearray()
         self._max = max_bytes
         self._clock = clock or time.time
+        self._budget = budget  # while set, it has len(self._buf) bytes reserved for this copy
         self._times: list[float] = []  # arrival time of each kept chunk, in order
         self._ends: list[int] = []  # bytes kept once that chunk was in
         self.over = False
+        self.starved = False
         self.total_bytes = 0
 
     def __call__(self, data: bytes) -> bytes:
@@ -168,9 +194,9 @@ class RequestTap:
             self.total_bytes += len(data)
             if not self.over:
                 if len(self._buf) + len(data) > self._max:
-                    self.over = True
-                    self._buf = bytearray()
-                    self._times, self._ends = [], []
+                    self.release()
+                elif self._budget is not None and not self._budget.reserve(len(data)):
+                    self.starve()
                 else:
                     self._buf += data
                     if len(self._times) < MAX_UPLOAD_MARKS:
@@ -180,10 +206,26 @@ class RequestTap:
 
     def release(self) -> None:
         """Drops the copy and keeps none of the chunks still to come (they are still passed on
-        and counted): a held body whose response was not LLM traffic (``capture.held``)."""
+        and counted), its bytes given back to its budget: a held body whose response was not
+        LLM traffic (``capture.held``), or one that outgrew ``max_bytes``."""
         self.over = True
+        self.detach()
         self._buf = bytearray()
         self._times, self._ends = [], []
+
+    def starve(self) -> None:
+        """``release`` for want of budget: the held copies of all flows are at
+        ``max_held_request_bytes`` (``overflow`` says so)."""
+        self.starved = True
+        self.release()
+
+    def detach(self) -> None:
+        """Gives the copy's bytes back to its budget and copies on without one: a held body
+        adopted as the record's request (``capture.held.adopt``), kept per flow from then on as
+        any observed upload's copy is (at most ``max_bytes``)."""
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget.give_back(len(self._buf))
 
     def body(self, until_s: float | None = None) -> bytes | None:
         """The kept request body, or ``None`` when it outgrew ``max_bytes``; with ``until_s``
@@ -202,7 +244,15 @@ class RequestTap:
         return self._times[i] if i < len(self._times) else None
 
     def overflow(self, limits: Limits) -> Violation:
-        """The ``oversize_request`` violation of an upload that outgrew the copy."""
+        """The ``oversize_request`` violation of an upload that outgrew the copy, or whose copy
+        was dropped for want of budget (``starved``: naming ``max_held_request_bytes``)."""
+        if self.starved:
+            return Violation(
+                ViolationKind.OVERSIZE_REQUEST,
+                None,
+                "request body not parsed: its copy was dropped, the request bodies held at once across all flows"
+                f" reached max_held_request_bytes ({limits.max_held_request_bytes} bytes)",
+            )
         return Violation(
             ViolationKind.OVERSIZE_REQUEST, None, f"request body over {limits.max_request_bytes} bytes not parsed"
         )
@@ -215,6 +265,7 @@ __all__ = [
     "incomplete_request",
     "read_request",
     "redacted",
+    "response_id_of",
     "skeleton",
     "spec_tool_names",
 ]

@@ -136,9 +136,14 @@ class Dialect(Protocol):
       their headers whose body is held, bounded, until the response headers decide
       (``observer.capture.held``; absent: none is held, and such a request is recorded without
       its body).
+    - ``response_id_header: str`` (absent: none): the lower-case name of a response header whose
+      value is the response's id when the body carries none (Bedrock's ``x-amzn-requestid``:
+      ConverseStream names no id in its events); ``ResponseSpec.response_id``.
     - ``declares_tools: bool`` (absent: True): False when this dialect's requests never declare
       the tools the model may call (the AI SDK UI: the app's server does), so each tool call is
-      ``declared: None`` and no ``undeclared_tool`` is recorded.
+      ``declared: None`` and no ``undeclared_tool`` is recorded; or a method
+      ``declares_tools(request: RequestFacts) -> bool`` deciding it per request (the draft
+      standard's ``llm-stream-observer:tools_declared_elsewhere`` extension).
     """
 
     name: str

@@ -109,6 +109,10 @@ class _BedrockBase(DialectBase):
     """What both Bedrock dialects share: the path, the model in it, the event-stream framing."""
 
     ops: frozenset[str] = frozenset()
+    #: The AWS request id of the response (``ResponseMetadata.RequestId`` in boto3): the
+    #: ``response_id`` when the events name none (Converse never does; an Anthropic model's
+    #: ``message.id`` inside InvokeModel does, and wins).
+    response_id_header = "x-amzn-requestid"
 
     def matches(self, request: RequestView) -> bool:
         if request.method.upper() != "POST":

@@ -70,9 +70,11 @@ Decisions (the record's conventions applied to this vendor):
   ``totalTokenCount``, the per-modality lists in ``details`` (``GEMINI_USAGE``).
 - ``responseId`` is the ``response_id`` and Vertex's ``usageMetadata.trafficType``
   (``ON_DEMAND``, ``PROVISIONED_THROUGHPUT``: how the request was billed) the ``service_tier``
-  (``ResponseIdentity``; read from the chunks that carry counts or a new id). Per-candidate results
-  (``candidateCount > 1``) are not split into ``choices`` yet: the stop reason is the last
-  candidate's.
+  (``ResponseIdentity``; read from the chunks that carry counts or a new id).
+- Candidates (``candidateCount > 1``): each ``finishReason`` is a ``StopEvent`` of choice
+  ``index`` (the candidate's ``index``, else its position in ``candidates``) whose text is
+  block ``2 * index``, so the record's ``choices`` hold each candidate's text and stop reason;
+  the record's ``stop_reason`` is the last one sent (as for OpenAI's ``n``).
 - An ``error`` object in a chunk is an ``ErrorEvent`` (code: its ``status``, else its numeric
   ``code`` as text).
 - End: Gemini sends no end marker. ``StreamEnd`` is emitted when the body ends
@@ -486,7 +488,7 @@ class GeminiAdapter(AdapterBase):
             canonical = STOP_REASONS.get(reason, reason)
             if reason == "STOP" and self._calls_by_candidate[index]:
                 canonical = "tool_use"
-            out.append(StopEvent(None, canonical, reason))
+            out.append(StopEvent(None, canonical, reason, index, 2 * index))
 
     def _part(self, candidate: int, part: dict[str, Any], out: Out) -> None:
         text = part.get("text")

@@ -10,11 +10,22 @@ Extensions (§4.7 ``vendor:name`` keys; §8.3 says other readers need not interp
 ignored but for the observer's own, which its replay in the standard format writes
 (``observer.standard_replay``), so that a replayed exchange reads back as recorded:
 ``llm-stream-observer:block_type`` on ``content.delta`` (``reasoning``, ``refusal``: the block's
-type), ``llm-stream-observer:stop_reason_raw`` on ``content.stop`` (the vendor's stop reason),
+type), ``llm-stream-observer:stop_reason_raw`` on ``content.stop`` (the vendor's stop reason; ``null``:
+none was sent),
 ``llm-stream-observer:response_id`` / ``system_fingerprint`` / ``service_tier`` on
 ``stream.start`` and ``llm-stream-observer:cache_read_input_tokens`` /
 ``cache_creation_input_tokens`` / ``reasoning_output_tokens`` / ``total_tokens`` /
-``usage_details`` on ``usage``. A value of the wrong type is ignored like any unknown field.
+``usage_details`` on ``usage``, ``llm-stream-observer:choice`` on ``content.stop`` (the stop ends
+that choice of several, OpenAI ``n`` / Gemini ``candidateCount``, whose text is the stopped
+block: a ``StopEvent`` of that choice, the block's own stop reason left unset, as the recorded
+dialects leave it). A value of the wrong type is ignored like any unknown field. On the request
+envelope, the extension **name** ``llm-stream-observer:tools_declared_elsewhere`` (names are all
+the record keeps of extensions, §8.3) says the request does not declare the tools the model may
+call (an AI SDK app's tools live on its server): ``declares_tools`` is then False for it, each
+tool call ``declared: null`` and no ``undeclared_tool`` (§8.2 cannot be judged from the wire);
+and ``llm-stream-observer:tool_names`` (an array of strings: the names a replay's recorded dialect
+read from tools in its own shapes, which the draft's ``tools[].name`` does not reach) adds those
+names to the declared ones.
 
 Conversation linking (``observer.conversation``) uses the defaults of ``DialectBase``: messages
 ``{"role", "content"}`` with string or typed-part content (text parts joined, binary parts by
@@ -44,6 +55,7 @@ from observer.events import (
     ContentStop,
     ErrorEvent,
     ResponseIdentity,
+    StopEvent,
     StreamEnd,
     StreamStart,
     ToolCallEvent,
@@ -54,6 +66,10 @@ from observer.response import ResponseSpec
 from observer.wire.frames import Framing
 
 MEDIA_TYPE = "application/llm-request+json"
+#: The request extension name saying the tools are declared outside the request (module docstring).
+TOOLS_DECLARED_ELSEWHERE = "llm-stream-observer:tools_declared_elsewhere"
+#: The request extension naming tools declared in a recorded dialect's shapes (module docstring).
+TOOL_NAMES = "llm-stream-observer:tool_names"
 SUPPORTED_VERSION = "1.0"
 SEQ_SAFE_MAX = 2**53  # draft §8.4: beyond the JSON/JavaScript safe integer limit
 BINARY_PART_TYPES = frozenset({"image", "document", "audio"})  # draft §4.3 content parts
@@ -123,6 +139,13 @@ class StandardDialect(DialectBase):
         extensions = doc.get("extensions")
         if isinstance(extensions, dict):
             facts.extensions = sorted(str(k) for k in extensions)  # names only; values not interpreted (§8.3)
+            named = extensions.get(TOOL_NAMES)  # but our own (module docstring)
+            if isinstance(named, list):
+                known = set(facts.tool_names)
+                for name in named:
+                    if isinstance(name, str) and name not in known:
+                        known.add(name)
+                        facts.tool_names.append(name)
         elif extensions is not None:
             violations.append(Violation(V.INVALID_REQUEST, None, "extensions is not an object"))
         user = facts.metadata.get("user_id")
@@ -135,6 +158,11 @@ class StandardDialect(DialectBase):
 
     def new_adapter(self, spec: ResponseSpec) -> StandardAdapter:
         return StandardAdapter()
+
+    def declares_tools(self, request: RequestFacts) -> bool:
+        """False when the envelope names ``TOOLS_DECLARED_ELSEWHERE`` among its extensions
+        (module docstring; ``observer.dialects.base.Dialect``'s ``declares_tools``)."""
+        return TOOLS_DECLARED_ELSEWHERE not in request.extensions
 
 
 def _message(m: Any) -> Any:
@@ -356,8 +384,15 @@ def _content_delta(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None
 def _content_stop(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:
     index = _int(obj, "index", seq, out, 0)
     reason = _str(obj, "stop_reason", seq, out)
-    raw = _own(obj, "stop_reason_raw")
-    out.append(ContentStop(seq, index or 0, reason, raw if isinstance(raw, str) else reason))
+    extensions = obj.get("extensions")
+    raw = extensions.get(OWN + "stop_reason_raw", reason) if isinstance(extensions, dict) else reason
+    if raw is not None and not isinstance(raw, str):
+        raw = reason  # of the wrong type: ignored; null: the vendor sent none (module docstring)
+    choice = _own(obj, "choice")
+    if is_int(choice) and choice >= 0:  # one choice's stop (module docstring)
+        out.append(StopEvent(seq, reason, raw, choice, index or 0))
+    else:
+        out.append(ContentStop(seq, index or 0, reason, raw))
 
 
 def _tool_call(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None:

@@ -23,7 +23,9 @@ Fields WHATWG ignores (``nonstandard_field``)
     #16109 by sending them as data), and OpenAI-compatible clients then saw an empty event
     (coddy-project/coddy-agent #106). A field is **surfaced** when its name is a token
     (:data:`FIELD_NAME` : ASCII letters, digits, ``_``, ``-``; at most :data:`MAX_FIELD_NAME_BYTES`)
-    and its value starts with ``{`` or ``[`` (a JSON text, the only payload the dialects read): it
+    and its value starts with ``{`` or ``[`` (a JSON text, the only payload the dialects read), or
+    when its name is ``error`` whatever its value (:data:`ALWAYS_SURFACED`: an error in plain text,
+    ``error: model overloaded``, read by ``observer.dialects.sse_errors``): it
     is dispatched as an event of its own whose **type is the field name** and whose data is the
     value, as if the server had written ``event: <name>`` and ``data: <value>`` (the form the
     llama.cpp maintainers discussed in #16109), so ``error: {...}`` reaches a dialect as an
@@ -44,6 +46,7 @@ import orjson
 from observer.wire.jsonseq import JsonSequenceDecoder
 
 __all__ = [
+    "ALWAYS_SURFACED",
     "FIELD_NAME",
     "MAX_FIELD_NAME_BYTES",
     "MAX_NAMED_FIELDS",
@@ -66,6 +69,9 @@ MAX_SHOWN_NAME_BYTES = 40
 #: A field name that may be surfaced: an ASCII token.
 FIELD_NAME = re.compile(rb"[A-Za-z0-9_-]{1,%d}" % MAX_FIELD_NAME_BYTES).fullmatch
 
+#: Field names surfaced whatever their value: the error field of servers in the wild (llama.cpp).
+ALWAYS_SURFACED = frozenset({b"error"})
+
 _OPENERS = (b"{", b"[")
 _CLOSERS = (b"}", b"]")
 _BLANKS = b" \t"
@@ -73,8 +79,8 @@ _BLANKS = b" \t"
 
 def surfaced(name: bytes, value: bytes) -> bool:
     """True when the unknown field ``name: value`` is dispatched as an event (module docstring):
-    a token name and a value that starts with ``{`` or ``[``."""
-    return value[:1] in _OPENERS and FIELD_NAME(name) is not None
+    a token name and a value that starts with ``{`` or ``[``, or a name of ``ALWAYS_SURFACED``."""
+    return (value[:1] in _OPENERS and FIELD_NAME(name) is not None) or name in ALWAYS_SURFACED
 
 
 def shown(name: bytes) -> str:

@@ -295,3 +295,176 @@ def test_over_http2_a_body_still_uploading_at_the_response_headers_is_read_at_it
         {"index": 0, "id": "call_9", "name": "getWeather", "arguments": '{"city":"Graz"}', "declared": None}
     ]
     assert rec["violations"] == []
+
+
+# ----- the budget of held bodies across flows (max_held_request_bytes) -----
+
+HELD_BUDGET = 500_000  # bytes, set for the proxy of this test
+HELD_SIZE = 200_000  # bytes of each upload: 2 fit in the budget (400,000), 3 do not (600,000)
+HELD_PARALLEL = 6
+UI_OK = (
+    b'data: {"type":"start"}\n\n'
+    b'data: {"type":"text-start","id":"t"}\n\ndata: {"type":"text-delta","id":"t","delta":"ok"}\n\n'
+    b'data: {"type":"text-end","id":"t"}\n\ndata: {"type":"finish","finishReason":"stop"}\n\ndata: [DONE]\n\n'
+)
+HELD_DROPPED = (
+    "oversize_request",
+    "request body not parsed: its copy was dropped, the request bodies held at once across all flows"
+    " reached max_held_request_bytes (500000 bytes)",
+)
+
+
+def ui_upload(tag: str) -> tuple[bytes, str]:
+    """A UI request of ``HELD_SIZE`` bytes with chat id ``tag``, and its text."""
+    head = b'{"id":"' + tag.encode() + b'","messages":[{"id":"u","role":"user","parts":[{"type":"text","text":"'
+    tail = b'"}]}],"trigger":"submit-message"}'
+    text = "x" * (HELD_SIZE - len(head) - len(tail))
+    return head + text.encode() + tail, text
+
+
+class _HeldApp(http.server.ThreadingHTTPServer):
+    """An AI SDK app for many large uploads: ``POST /api/assistant?t=TAG`` reads the body whole
+    (``got[TAG]``: its size and SHA-256), waits until ``parties`` bodies are in (so every copy
+    is held by the proxy at the same time), then answers ``UI_OK`` as a UI stream;
+    ``POST /api/abort?t=TAG`` reads until the connection ends, ``seen[TAG]`` counting the bytes
+    and ``ended`` listing the tags whose connection ended."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _HeldHandler)
+        self.barrier = threading.Barrier(1)
+        self.got: dict[str, tuple[int, str]] = {}
+        self.seen: dict[str, int] = {}
+        self.ended: list[str] = []
+
+
+class _HeldHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        import hashlib
+
+        app: _HeldApp = self.server  # type: ignore[assignment]
+        path, _, query = self.path.partition("?")
+        tag = query.removeprefix("t=")
+        n = int(self.headers.get("content-length", "0"))
+        digest, got = hashlib.sha256(), 0
+        while got < n:
+            part = self.rfile.read1(min(1 << 16, n - got))
+            if not part:
+                break
+            digest.update(part)
+            got += len(part)
+            app.seen[tag] = got
+        if path == "/api/abort":
+            app.ended.append(tag)
+            self.close_connection = True
+            return
+        app.got[tag] = (got, digest.hexdigest())
+        try:
+            app.barrier.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            pass
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("x-vercel-ai-ui-message-stream", "v1")
+        self.send_header("content-length", str(len(UI_OK)))
+        self.end_headers()
+        self.wfile.write(UI_OK)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_parallel_uploads_over_the_held_budget_pass_whole_and_are_recorded_as_over_it(tmp_path: Any) -> None:
+    """``observer run`` with ``max_held_request_bytes`` = 500,000. Six parallel 200,000-byte AI
+    SDK uploads, all in the proxy at once (the app answers none before it has all six): every
+    byte reaches the app intact and every answer the client, and all six are recorded; two
+    copies fit (400,000; a third would make 600,000), so exactly two records have their
+    request, the four others ``body_bytes`` 200,000 and the budget's ``oversize_request``
+    (counted by hand: a copy stops only when three are being made, and then two are left that
+    fit with any chunk of mitmproxy's, at most 65,535 bytes: 465,535). Then three uploads
+    aborted by their client after 150,000 of 200,000 bytes, and the six again: two are kept
+    again, so neither the first round (adopted and dropped copies) nor the aborts left any of
+    the budget reserved (450,000 leaked would keep none)."""
+    import hashlib
+    import socket
+    import struct
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.e2e.harness import ObserverProcess, wait_until
+
+    app = _HeldApp()
+    threading.Thread(target=app.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    port = app.server_address[1]
+    obs = ObserverProcess(workdir=str(tmp_path), sets={"observer_max_held_request_bytes": str(HELD_BUDGET)})
+    try:
+        obs.start(timeout=45)
+        api = obs.api()
+        run = uuid.uuid4().hex[:8]
+
+        def round_of_six(name: str) -> None:
+            app.barrier = threading.Barrier(HELD_PARALLEL)
+            tags = [f"{name}-{run}-{i}" for i in range(HELD_PARALLEL)]
+            uploads = {tag: ui_upload(tag) for tag in tags}
+
+            def post(tag: str) -> tuple[int, bytes]:
+                with httpx.Client(proxy=obs.proxy_url, trust_env=False, timeout=60.0) as client:
+                    r = client.post(
+                        f"http://127.0.0.1:{port}{ROUTE}?t={tag}",
+                        content=uploads[tag][0],
+                        headers={"content-type": "application/json"},
+                    )
+                return r.status_code, r.content
+
+            with ThreadPoolExecutor(HELD_PARALLEL) as pool:
+                answers = list(pool.map(post, tags))
+            assert answers == [(200, UI_OK)] * HELD_PARALLEL
+            for tag in tags:  # every byte at the app, intact
+                assert app.got[tag] == (HELD_SIZE, hashlib.sha256(uploads[tag][0]).hexdigest()), tag
+
+            def records() -> dict[str, dict[str, Any]] | None:
+                items = [i for i in api.list(limit=100)["items"] if i["port"] == port and name in i["path"]]
+                if len(items) < HELD_PARALLEL:
+                    return None
+                recs = [api.detail(i["id"]) for i in items]
+                return {rec["path"].partition("t=")[2]: rec for rec in recs}
+
+            recs = wait_until(records, 30.0, interval=0.2, what=f"the six records of round {name}")
+            assert sorted(recs) == sorted(tags)
+            kept, dropped = [], []
+            for tag, rec in recs.items():
+                assert (rec["dialect"], rec["outcome"], rec["text"]) == ("vercel.ui", "completed", "ok"), tag
+                assert rec["request"]["body_bytes"] == HELD_SIZE, tag
+                if rec["violations"] == []:
+                    part = {"type": "text", "text": uploads[tag][1]}
+                    assert rec["request"]["messages"] == [{"id": "u", "role": "user", "parts": [part]}], tag
+                    assert rec["request"]["metadata"] == {"id": tag, "trigger": "submit-message"}
+                    kept.append(tag)
+                else:
+                    assert rec["request"]["messages"] == [], tag
+                    assert [(v["kind"], v["detail"]) for v in rec["violations"]] == [HELD_DROPPED], tag
+                    dropped.append(tag)
+            assert (len(kept), len(dropped)) == (2, 4), (kept, dropped)
+
+        round_of_six("first")
+
+        for i in range(3):  # uploads the client aborts mid-way, each held while it lasted
+            tag = f"abort-{run}-{i}"
+            head = (
+                f"POST http://127.0.0.1:{port}/api/abort?t={tag} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {HELD_SIZE}\r\n\r\n"
+            ).encode()
+            with socket.create_connection(("127.0.0.1", obs.proxy_port), timeout=10) as sock:
+                sock.sendall(head + b"{" + b" " * 149_999)
+                wait_until(lambda t=tag: app.seen.get(t, 0) >= 150_000, 15.0, what=f"150,000 bytes of {tag} upstream")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # closed with a RST
+            wait_until(lambda t=tag: t in app.ended, 15.0, what=f"the proxy ending {tag} upstream")
+
+        round_of_six("second")
+    finally:
+        code = obs.stop()
+        app.shutdown()
+        app.server_close()
+        print(f"\nobserver exit code {code}; log tail:\n{obs.tail(20)}")

@@ -96,6 +96,9 @@ def test_converse_stream_with_a_tool_call(replay: ReplayUpstream, recorded: Any)
         usage["outputTokens"],
     )
     assert record["request"]["messages"] == request["messages"]
+    # ConverseStream's events name no id: the response's is AWS's request id, which boto3 reads
+    # from the x-amzn-requestid header too (issue 16 item 2).
+    assert record["response_id"] == response["ResponseMetadata"]["RequestId"] == fx.response_headers["x-amzn-requestid"]
     assert_matches(record, fx.expected)
 
 
@@ -126,6 +129,9 @@ def test_invoke_model_with_response_stream_of_an_anthropic_model(replay: ReplayU
     assert record["dialect"] == "bedrock.invoke"
     assert record["text"] == text == "Bonjour !"
     assert record["model"] == inner[0]["message"]["model"]
+    # The model's own message id wins over AWS's request id (boto3's RequestId, the header's).
+    assert record["response_id"] == inner[0]["message"]["id"] != response["ResponseMetadata"]["RequestId"]
+    assert response["ResponseMetadata"]["RequestId"] == fx.response_headers["x-amzn-requestid"]
     metrics = inner[-1]["amazon-bedrock-invocationMetrics"]
     assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (
         metrics["inputTokenCount"],

@@ -86,6 +86,8 @@ SDK_DIVERGES = {
     "the lone surrogates); the record replaces each lone surrogate by U+FFFD and flags it (issue 16)",
     "openai.responses/item_done_not_added": "the SDK drops the text of an output_item.done whose item was never "
     "added; the record keeps it and flags block_not_started (issue 16)",
+    "openai.chat/error_field_text": "the SDK ignores the error sent under an `error:` field (as WHATWG says) and "
+    "ends without an error; the record's outcome is error with the text (issue 16)",
 }
 # Recovered framings the official SDK itself cannot read (issue 16): it raises at the broken
 # event and closes the connection, so the rest of the body never reaches it. Checked: the SDK
@@ -95,6 +97,9 @@ SDK_CANNOT_READ = {
     "openai.chat/joined_data_lines": "two JSON documents in one event's data: the SDK's JSON decoding fails",
     "anthropic.messages/stop_not_started": "a content_block_stop for a block never started: the SDK's "
     "accumulator fails on the missing block",
+    "gemini/error_field_json": "an error sent under an `error:` field: google-genai 3 takes the line for JSON "
+    "and fails (UnknownApiResponseError 'Failed to parse response as JSON'); the record's outcome is error "
+    "with the code and message",
 }
 
 
@@ -507,6 +512,7 @@ class GeminiDriver(Driver):
             ),
         )
         texts: dict[int, list[str]] = {}
+        finished: dict[int, str] = {}  # candidate index -> its finish reason
         try:
             stream = client.models.generate_content_stream(
                 model=model, contents=req.pop("contents"), config=types.GenerateContentConfig.model_validate(config)
@@ -523,6 +529,7 @@ class GeminiDriver(Driver):
                             out.tool_calls.append({"id": fc.id, "name": fc.name, "arguments": fc.args})
                     if cand.finish_reason is not None:
                         out.stop_raw = getattr(cand.finish_reason, "value", str(cand.finish_reason))
+                        finished[idx] = out.stop_raw
                 if chunk.usage_metadata is not None:
                     um = chunk.usage_metadata
                     out.input_tokens = um.prompt_token_count
@@ -543,6 +550,8 @@ class GeminiDriver(Driver):
             client.close()
             http.close()
         out.text = "".join("".join(texts[i]) for i in sorted(texts))
+        if len(finished) > 1:  # candidateCount > 1: each candidate's text and finish reason
+            out.choices = [(i, "".join(texts.get(i, [])), finished[i]) for i in sorted(finished)]
         return out
 
 

@@ -531,10 +531,10 @@ def test_gemini_two_candidates_blocks_and_stop_per_candidate():
         ToolCallEvent(None, 0, None, "f", ""),  # args absent: recorded as ""
         ContentDelta(None, 3, "plan", "reasoning"),
         ContentDelta(None, 2, "B", "text"),
-        StopEvent(None, "end_turn", "STOP"),  # candidate 1 made no function call
+        StopEvent(None, "end_turn", "STOP", 1, 2),  # candidate 1 made no function call; its text: block 2
     ]
     assert g.on_message(frame({"candidates": [{"index": 0, "finishReason": "STOP"}]})) == [
-        StopEvent(None, "tool_use", "STOP")
+        StopEvent(None, "tool_use", "STOP", 0, 0)
     ]
     assert g.on_close() == [StreamEnd(None)]
 
@@ -542,7 +542,7 @@ def test_gemini_two_candidates_blocks_and_stop_per_candidate():
 @pytest.mark.parametrize("reason", ["SAFETY", "RECITATION", "MALFORMED_FUNCTION_CALL", "OTHER", "BLOCKLIST"])
 def test_gemini_other_finish_reasons_kept(reason):
     out = GeminiAdapter().on_message(frame({"candidates": [{"finishReason": reason}]}))
-    assert out == [StopEvent(None, reason, reason)]
+    assert out == [StopEvent(None, reason, reason, 0, 0)]  # no index: the candidate's position
 
 
 def test_gemini_adapter_checks_and_tolerances():
@@ -647,7 +647,7 @@ def test_gemini_streamed_args_nested_paths_numbers_and_bools():
     }
     assert out == [
         ToolCallEvent(None, 0, "c1", "plan", orjson.dumps(args).decode()),
-        StopEvent(None, "tool_use", "STOP"),
+        StopEvent(None, "tool_use", "STOP", 0, 0),
     ]
     assert g.on_close() == [StreamEnd(None)]
 
@@ -694,7 +694,7 @@ def test_gemini_streamed_args_unclosed_then_finish_or_next_call():
     out = g.on_message(fc_chunk({}, finish="STOP")) + g.on_close()
     assert events(out) == [
         ToolCallEvent(None, 1, None, "b", "{}"),
-        StopEvent(None, "tool_use", "STOP"),
+        StopEvent(None, "tool_use", "STOP", 0, 0),
         StreamEnd(None),
     ]
 

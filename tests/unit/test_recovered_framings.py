@@ -22,13 +22,16 @@ Expected values are written by hand; the wire fixtures of these cases (``error_f
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import orjson
 import pytest
 from hypothesis import given, settings
 
 from observer import jsontext
 from observer.dialects.bedrock import ConverseAdapter
-from observer.events import ContentDelta, StopEvent
+from observer.dialects.sse_errors import NOT_JSON, read_error, with_error
+from observer.events import ContentDelta, ErrorEvent, StopEvent
 from observer.records import Violation
 from observer.wire.frames import SSEEvent, split_documents, text_message
 from observer.wire.recovery import MAX_NAMED_FIELDS, MAX_SURFACED_PER_BLOCK, documents, json_documents
@@ -244,6 +247,27 @@ def test_unterminated_block_of_a_field_is_dispatched_at_close():
     ]
 
 
+def test_plain_text_error_field_is_surfaced():
+    """``error`` is surfaced whatever its value (``observer.wire.recovery.ALWAYS_SURFACED``): a
+    plain-text error (16 bytes) is an ``error`` event, the block (7 + 16 + 1 + 1 bytes) its size;
+    an empty one too (its data empty)."""
+    assert decode([b"error: model overloaded\n\n"]) == [
+        surfaced("error", 16),
+        (b"error", b"model overloaded", None, None, 25),
+    ]
+    assert decode([b"error\n\n"]) == [surfaced("error", 0), (b"error", b"", None, None, 7)]
+
+
+def test_other_text_fields_stay_ignored():
+    """Field names are case-sensitive (WHATWG §9.2.6): ``Error: text`` and ``err: text`` are not
+    ``error``, so they are named and ignored, not surfaced."""
+    assert decode([b"Error: model overloaded\nerr: x\ndata: y\n\n"]) == [
+        Violation(FIELD, None, "field 'Error' (16 bytes) is not an SSE field: ignored, as WHATWG §9.2.6 says"),
+        Violation(FIELD, None, "field 'err' (1 byte) is not an SSE field: ignored, as WHATWG §9.2.6 says"),
+        (b"", b"y", None, None, 40),  # 24 + 7 + 8 + 1
+    ]
+
+
 @settings(max_examples=60, deadline=None)
 @given(points=CUT_POINTS)
 def test_error_field_fixture_any_chunking(points):
@@ -394,6 +418,101 @@ def test_llama_cpp_error_field_makes_the_chat_outcome_error():
         {"code": "400", "message": "the request exceeds the available context size"},
     )
     assert [v["kind"] for v in record["violations"]] == [FIELD]
+
+
+#: One fixture per SSE dialect: its request, path and response headers, with the body replaced.
+SSE_DIALECT_CASES = [
+    ("llm-stream-1.0", "complete_example"),
+    ("openai.chat", "text_include_usage"),
+    ("openai.responses", "text_stream"),
+    ("anthropic.messages", "text_stream"),
+    ("gemini", "sse_text_crlf"),
+    ("vercel.ui", "v5_reference_example"),
+]
+
+
+@pytest.mark.parametrize(("dialect", "case"), SSE_DIALECT_CASES)
+def test_plain_text_error_field_is_the_error_in_every_sse_dialect(dialect, case):
+    """Issue 16 item 4: an error sent under the ignored ``error`` field, as plain text, makes the
+    outcome ``error`` with the text as its message, whatever the dialect
+    (``observer.dialects.sse_errors``); the field is on record first."""
+    c = replace(load(dialect, case), body=b"error: the server is overloaded\n\n")
+    record = observe_case(c, [c.body])
+    assert (record["outcome"], record["error"]) == ("error", {"code": None, "message": "the server is overloaded"})
+    assert record["violations"][0] == {"kind": FIELD, "seq": None, "detail": surfaced("error", 24).detail}
+
+
+@pytest.mark.parametrize(("dialect", "case"), SSE_DIALECT_CASES)
+def test_json_error_field_is_the_error_in_every_sse_dialect(dialect, case):
+    """The same with a JSON value in Google's shape, which the Gemini and OpenAI chat dialects
+    read themselves (chat: the numeric code as text, for OpenRouter), the others by the general
+    rule: code ``status`` (a string, over the numeric ``code``), the message as sent; the draft
+    dialect's own reading (code and message at the top) found neither, so the rule's is kept."""
+    value = b'{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED"}}'
+    c = replace(load(dialect, case), body=b"error: " + value + b"\n\n")
+    record = observe_case(c, [c.body])
+    code = "429" if dialect == "openai.chat" else "RESOURCE_EXHAUSTED"
+    assert (record["outcome"], record["error"]) == ("error", {"code": code, "message": "Resource has been exhausted"})
+
+
+def test_error_event_is_never_a_fast_lane_delta():
+    """A chunk sent as ``event: error`` is an error even when its data looks like a delta (the
+    fast lane does not take it); its text is kept too, and the error's message is its data."""
+    chunk = CHAT_CHUNK % "Hi"
+    record = observe("openai.chat", CHAT_REQUEST, [f"event: error\ndata: {chunk}\n\n".encode()])
+    assert record["text"] == "Hi"
+    assert (record["outcome"], record["error"]) == ("error", {"code": None, "message": chunk})
+
+
+@pytest.mark.parametrize(
+    ("obj", "data", "expected"),
+    [
+        # OpenAI's envelope: code, else type (error_event's rule); a null code is no code.
+        ({"error": {"message": "m", "type": "server_error", "code": None}}, "", ErrorEvent(None, "server_error", "m")),
+        # OpenRouter: a numeric code only, as decimal text.
+        (
+            {"error": {"code": 502, "message": "Provider returned error"}},
+            "",
+            ErrorEvent(None, "502", "Provider returned error"),
+        ),
+        # Google: the status over the number.
+        ({"code": 503, "status": "UNAVAILABLE", "message": "m"}, "", ErrorEvent(None, "UNAVAILABLE", "m")),
+        # A string error member, with the object's code.
+        ({"error": "rate limited", "code": "429"}, "", ErrorEvent(None, "429", "rate limited")),
+        # No message: the data's text is (nothing lost).
+        ({"code": "busy"}, ' {"code":"busy"} ', ErrorEvent(None, "busy", '{"code":"busy"}')),
+        # A JSON string; other JSON; an empty string.
+        ("overloaded", '"overloaded"', ErrorEvent(None, None, "overloaded")),
+        ([1, 2], "[1, 2]", ErrorEvent(None, None, "[1, 2]")),
+        ("", '""', ErrorEvent(None, None, None)),
+        # Not JSON: the text, stripped; empty: no message; JSON text given as text is parsed.
+        (NOT_JSON, " model overloaded \n", ErrorEvent(None, None, "model overloaded")),
+        (NOT_JSON, "", ErrorEvent(None, None, None)),
+        (NOT_JSON, b'{"message":"m","type":"t"}', ErrorEvent(None, "t", "m")),
+        (NOT_JSON, b"bad \xff", ErrorEvent(None, None, "bad \ufffd")),
+        # The event's own type (Anthropic's, the draft's envelope) is not a code.
+        ({"type": "error", "error": {"type": "overloaded_error"}}, "", ErrorEvent(None, "overloaded_error", None)),
+        ({"type": "error"}, '{"type":"error"}', ErrorEvent(None, None, '{"type":"error"}')),
+        # Booleans are not codes (RFC 8259: distinct types).
+        ({"code": True, "message": "m"}, "", ErrorEvent(None, None, "m")),
+    ],
+)
+def test_read_error(obj, data, expected):
+    assert read_error(obj, data) == expected
+
+
+def test_with_error_keeps_the_adapters_own_error():
+    own = ErrorEvent(None, "api_error", "Overloaded")
+    bad = Violation("invalid_json", None, "x")
+    assert with_error([own], NOT_JSON, "text") == [own]
+    assert with_error([bad], NOT_JSON, "text") == [bad, ErrorEvent(None, None, "text")]
+    # An empty one is read by the rule (its seq kept), unless the rule finds nothing either.
+    empty = ErrorEvent(7, None, None)
+    assert with_error([bad, empty, bad], NOT_JSON, "text") == [bad, ErrorEvent(7, None, "text"), bad]
+    assert with_error([empty], NOT_JSON, "") == [empty]
+    # Read from data with a code or message member (explicitly null): the dialect's reading stands.
+    draft = {"v": "1.0", "seq": 7, "type": "error", "code": None, "message": None}
+    assert with_error([empty], draft, orjson.dumps(draft)) == [empty]
 
 
 def test_one_line_of_joined_documents_through_the_pipeline():

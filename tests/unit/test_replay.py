@@ -1,13 +1,14 @@
 """Replay in the draft standard's format (issue 16 item 7; ``observer.standard_replay`` and
 ``GET /v1/exchanges/{id}/replay``).
 
-Three replays are written by hand from their fixture files (the request body, the wire body and
+Four replays are written by hand from their fixture files (the request body, the wire body and
 the hand-written ``expected.json``; draft §4.2 envelope, §5.2 envelope fields, §5.3 events, the
 ``created`` being wirefeed's ``T0``): an OpenAI chat tool call, an Anthropic thinking stream
-(with and without its reasoning block) and a Bedrock ConverseStream text + tool use. Every wire
-fixture is then recorded (``tests.wirefeed``), replayed, and the replay recorded again through
-the standard dialect (``llm-stream-1.0``): text, text blocks, tool calls, usage, stop reason,
-error and outcome must come back (what cannot, and why, is asserted too).
+(with and without its reasoning block), a Bedrock ConverseStream text + tool use and a Gemini
+stream of two candidates (each choice's stop). Every wire fixture is then recorded
+(``tests.wirefeed``), replayed, and the replay recorded again through the standard dialect
+(``llm-stream-1.0``): text, text blocks, tool calls (``declared`` too), usage, per-choice
+results, stop reason, error and outcome must come back (what cannot, and why, is asserted too).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from observer.reassembly import EndCause
 from observer.records import Block, ErrorInfo, Exchange, RequestFacts, ToolCall, Usage, Violation
 from observer.standard_replay import (
     BLOCK_TYPE,
+    CHOICE,
     DELTA_MAX_CHARS,
     STOP_REASON_RAW,
     encode_sse,
@@ -194,7 +196,8 @@ data: {"v":"1.0","seq":5,"type":"stream.end"}
 
 # bedrock.converse/text_and_tool: the model only in the URL (the response names none: null), the
 # messages and toolConfig.tools as sent, inferenceConfig as the parameter; text "Hello wörld" at 0,
-# tool use at 1, stopReason tool_use, usage 12/7 (total 19: an extension) in the metadata event.
+# tool use at 1, stopReason tool_use, usage 12/7 (total 19: an extension) in the metadata event;
+# the response id is the x-amzn-requestid header of the fixture's meta (the events name none).
 BEDROCK_ENVELOPE = {
     "version": "1.0",
     "stream": True,
@@ -213,7 +216,7 @@ BEDROCK_ENVELOPE = {
     "extensions": {DIALECT: "bedrock.converse", TOOL_NAMES: ["get_weather"]},
 }
 BEDROCK_SSE = r"""event: stream.start
-data: {"v":"1.0","seq":0,"type":"stream.start","model":null,"created":1749292800}
+data: {"v":"1.0","seq":0,"type":"stream.start","model":null,"created":1749292800,"extensions":{"llm-stream-observer:response_id":"4c2f0a5e-8b7d-4e1a-9f3c-2d6b1a0e7c55"}}
 
 event: content.delta
 data: {"v":"1.0","seq":1,"type":"content.delta","index":0,"role":"assistant","delta":{"text":"Hello wörld"}}
@@ -232,11 +235,48 @@ data: {"v":"1.0","seq":5,"type":"stream.end"}
 
 """
 
+# gemini/two_candidates: candidateCount 2 (a parameter), responseId as the identity extension,
+# candidate 0's text at block 0 and candidate 1's at block 2 (Gemini's 2c), no block stop reasons;
+# then each choice's stop at its block, marked with its choice (STOP -> end_turn, MAX_TOKENS ->
+# max_tokens, the raw ones as extensions): the last is the message's, so no other content.stop;
+# usage 5 in, 11 out, total 16 (an extension); no request id.
+GEMINI_ENVELOPE = {
+    "version": "1.0",
+    "stream": True,
+    "model": "gemini-2.0-flash",
+    "messages": [{"role": "user", "parts": [{"text": "Name a colour."}]}],
+    "parameters": {"candidateCount": 2, "maxOutputTokens": 8},
+    "extensions": {DIALECT: "gemini"},
+}
+GEMINI_SSE = r"""event: stream.start
+data: {"v":"1.0","seq":0,"type":"stream.start","model":"gemini-2.0-flash","created":1749292800,"extensions":{"llm-stream-observer:response_id":"c2Y0aPqXBMmQ1MkP8dXo-Q0"}}
+
+event: content.delta
+data: {"v":"1.0","seq":1,"type":"content.delta","index":0,"role":"assistant","delta":{"text":"Blue sky."}}
+
+event: content.delta
+data: {"v":"1.0","seq":2,"type":"content.delta","index":2,"role":"assistant","delta":{"text":"Teal is a colour between"}}
+
+event: content.stop
+data: {"v":"1.0","seq":3,"type":"content.stop","index":0,"stop_reason":"end_turn","extensions":{"llm-stream-observer:choice":0,"llm-stream-observer:stop_reason_raw":"STOP"}}
+
+event: content.stop
+data: {"v":"1.0","seq":4,"type":"content.stop","index":2,"stop_reason":"max_tokens","extensions":{"llm-stream-observer:choice":1,"llm-stream-observer:stop_reason_raw":"MAX_TOKENS"}}
+
+event: usage
+data: {"v":"1.0","seq":5,"type":"usage","input_tokens":5,"output_tokens":11,"extensions":{"llm-stream-observer:total_tokens":16}}
+
+event: stream.end
+data: {"v":"1.0","seq":6,"type":"stream.end"}
+
+"""
+
 HAND_WRITTEN = [
     ("openai.chat", "tool_call_fragments", False, OPENAI_ENVELOPE, OPENAI_SSE),
     ("anthropic.messages", "thinking_then_text", False, ANTHROPIC_ENVELOPE, ANTHROPIC_SSE),
     ("anthropic.messages", "thinking_then_text", True, ANTHROPIC_ENVELOPE, ANTHROPIC_ALL_SSE),
     ("bedrock.converse", "text_and_tool", False, BEDROCK_ENVELOPE, BEDROCK_SSE),
+    ("gemini", "two_candidates", False, GEMINI_ENVELOPE, GEMINI_SSE),
 ]
 
 
@@ -276,9 +316,11 @@ def _assert_round_trip(original: dict[str, Any], events: list[dict[str, Any]], a
     """What the standard dialect records of the replay equals the original record wherever
     the draft can carry it (the module docstring of ``observer.standard_replay``)."""
     assert again["text"] == original["text"]
-    calls = [(t["index"], t["id"], t["name"], t["arguments"]) for t in original["tool_calls"]]
-    assert [(t["index"], t["id"], t["name"], t["arguments"]) for t in again["tool_calls"]] == calls
+    calls = [(t["index"], t["id"], t["name"], t["arguments"], t["declared"]) for t in original["tool_calls"]]
+    assert [(t["index"], t["id"], t["name"], t["arguments"], t["declared"]) for t in again["tool_calls"]] == calls
     assert again["usage"] == original["usage"]  # every count, the details, "not reported" as null
+    assert again["choices"] == original["choices"]  # each choice's text and stop reasons
+    assert kinds(again).count("undeclared_tool") == kinds(original).count("undeclared_tool")
     for key in ("response_id", "system_fingerprint", "service_tier"):
         assert again[key] == original[key], key
     assert again["stop_reason"] == original["stop_reason"]
@@ -290,7 +332,8 @@ def _assert_round_trip(original: dict[str, Any], events: list[dict[str, Any]], a
     assert again["stop_reason_raw"] == original["stop_reason_raw"]
     if original["stop_reason_raw"] != original["stop_reason"]:
         last_stop = [e for e in events if e["type"] == "content.stop"][-1]
-        assert last_stop["extensions"] == {STOP_REASON_RAW: original["stop_reason_raw"]}
+        assert last_stop["extensions"][STOP_REASON_RAW] == original["stop_reason_raw"]
+        assert set(last_stop["extensions"]) <= {STOP_REASON_RAW, CHOICE}
     # The request as recorded.
     for key in ("model", "messages", "tools", "parameters", "end_user", "request_id"):
         assert again["request"][key] == original["request"][key], key
@@ -592,9 +635,25 @@ def exchanges(draw: st.DrawFn) -> Exchange:
         Block(i, draw(st.sampled_from(["text", "reasoning", "refusal"])), draw(st.text(max_size=40)), draw(_REASONS))
         for i in indexes
     ]
+    elsewhere = draw(st.booleans())  # the request's tools declared on an app's server: declared unknown
     calls = [
-        ToolCall(draw(st.one_of(st.none(), st.integers(0, 9))), draw(_NAMES), draw(_NAMES), draw(st.text(max_size=30)))
+        ToolCall(
+            draw(st.one_of(st.none(), st.integers(0, 9))),
+            draw(_NAMES),
+            draw(_NAMES),
+            draw(st.text(max_size=30)),
+            None if elsewhere else False,
+        )
         for _ in range(draw(st.integers(0, 3)))
+    ]
+    # Choices (n > 1) as reassembly makes them: each one's text is a text block's, or "" for none.
+    texts = [b.text for b in blocks if b.type == "text"]
+    choice_indexes = draw(st.lists(st.integers(min_value=0, max_value=5), unique=True, max_size=3))
+    choices = [
+        {"index": c, "text": draw(st.sampled_from([*texts, ""])), "stop_reason": r, "stop_reason_raw": raw_c}
+        for c in sorted(choice_indexes)
+        for r in [draw(_REASONS)]
+        for raw_c in [draw(st.sampled_from([r, "length", None]))]
     ]
     reason = draw(_REASONS)
     raw = draw(st.sampled_from([reason, "STOP", "length", None]))
@@ -607,6 +666,7 @@ def exchanges(draw: st.DrawFn) -> Exchange:
     return exchange(
         blocks=blocks,
         tool_calls=calls,
+        choices=choices if len(choices) > 1 else None,
         usage=usage,
         stop_reason=reason,
         stop_reason_raw=raw,
@@ -627,8 +687,9 @@ def test_any_record_round_trips(rec: Exchange) -> None:
     envelope, events = standard_replay(rec)
     again = back(envelope, encode_sse(events), outcome=rec.outcome)
     assert again["text"] == original["text"]
-    calls = [(t["index"], t["id"], t["name"], t["arguments"]) for t in original["tool_calls"]]
-    assert [(t["index"], t["id"], t["name"], t["arguments"]) for t in again["tool_calls"]] == calls
+    calls = [(t["index"], t["id"], t["name"], t["arguments"], t["declared"]) for t in original["tool_calls"]]
+    assert [(t["index"], t["id"], t["name"], t["arguments"], t["declared"]) for t in again["tool_calls"]] == calls
+    assert again["choices"] == original["choices"]
     for key in ("input_tokens", "output_tokens", "reported"):
         assert again["usage"][key] == original["usage"][key], key
     assert (again["stop_reason"], again["error"], again["outcome"]) == (rec.stop_reason, original["error"], rec.outcome)

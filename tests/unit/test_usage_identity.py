@@ -429,3 +429,47 @@ def test_otlp_span_carries_the_cache_and_reasoning_counts(make_exchange: Callabl
         dataclasses.replace(make_exchange("r", T0), usage=Usage(1, 2, reported=True)), content=False
     )
     assert "gen_ai.usage.cache_read.input_tokens" not in plain
+
+
+# -- the response id from a header the dialect names (Bedrock's x-amzn-requestid) -----------------
+
+
+def test_response_id_of_reads_the_dialects_header() -> None:
+    """Only a dialect with ``response_id_header`` has one; an absent or empty header gives none."""
+    from observer.capture.request import response_id_of
+    from observer.dialects.registry import default_registry
+
+    registry = default_registry()
+    converse, chat = registry.get("bedrock.converse"), registry.get("openai.chat")
+    assert response_id_of(converse, {"x-amzn-requestid": "4c2f-1"}) == "4c2f-1"
+    assert response_id_of(converse, {"x-amzn-requestid": ""}) is None
+    assert response_id_of(converse, {}) is None
+    assert response_id_of(chat, {"x-amzn-requestid": "4c2f-1", "x-request-id": "req_1"}) is None
+
+
+def test_the_headers_id_is_kept_unless_the_body_names_one() -> None:
+    """The header's id is the record's before any event; a body's id (an Anthropic model inside
+    Bedrock's InvokeModel) replaces it; an old journal's spec, without the field, reads as none."""
+    from observer.dialects.registry import default_registry
+    from observer.response import ResponseSpec
+    from observer.response import StreamEnd as End
+    from observer.tap import StreamObserver
+
+    dialect = default_registry().get("bedrock.converse")
+    spec = ResponseSpec("bedrock.converse", 200, "application/json", response_id="aws-req-1")
+    body = b'{"output":{"message":{"role":"assistant","content":[{"text":"Hi"}]}},"stopReason":"end_turn"}'
+
+    def observed(spec: ResponseSpec) -> Any:
+        obs = StreamObserver(dialect, spec)
+        obs.feed(body, 1.0)
+        return obs.finish(End(EndCause.EOF, 2.0))
+
+    assert observed(spec).response_id == "aws-req-1"
+    assert observed(dataclasses.replace(spec, response_id=None)).response_id is None
+    old = spec.to_dict()
+    del old["response_id"]
+    assert ResponseSpec.from_dict(old).response_id is None
+    r = Reassembler((), None)
+    r.apply(ResponseIdentity(None, response_id="aws-req-1"), 0.0)
+    r.apply(ResponseIdentity(None, response_id="msg_bdrk_01"), 0.0)
+    assert r.finish(ResponseFacts(), EndCause.EOF, request_start_s=0.0).response_id == "msg_bdrk_01"
