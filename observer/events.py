@@ -88,6 +88,20 @@ class StopEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ChoiceOpen:
+    """A choice of the response seen for the first time (OpenAI ``choices[].index``, Gemini
+    ``candidates[].index``), whose text is the ``text`` block of index ``text_block`` (OpenAI:
+    ``choice``; Gemini: ``2 * choice``). With ``StopEvent.choice`` it gives the record's
+    ``choices``: a choice that never stopped (a stream cut short, a choice without its
+    ``finish_reason``) is listed too, its stop reasons ``None``. Metadata of the response like
+    ``ResponseIdentity``: not counted in the record's ``events``."""
+
+    seq: int | None
+    choice: int
+    text_block: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelEvent:
     """The model that generated the response, when a dialect learns it outside a
     ``stream.start`` (e.g. every OpenAI chunk's ``model``); empty names are ignored."""
@@ -162,6 +176,7 @@ CanonicalEvent = (
     | ToolCallEvent
     | ToolCallDelta
     | StopEvent
+    | ChoiceOpen
     | ModelEvent
     | UsageEvent
     | ResponseIdentity

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from observer.events import (
     CanonicalEvent,
+    ChoiceOpen,
     ContentDelta,
     ContentStop,
     ErrorEvent,
@@ -218,6 +219,10 @@ class Reassembler:
         if cls is ResponseIdentity:  # metadata of the response, not one of its events (draft §5.3)
             self._on_identity(ev)
             return
+        if cls is ChoiceOpen:  # metadata too: which choices the response has
+            if ev.choice not in self._choices and len(self._choices) < self._limits.max_blocks:
+                self._choices[ev.choice] = (None, None, ev.text_block)
+            return
         self._events += 1
         if cls is ToolCallDelta:
             self._on_tool_fragment(ev.seq, ev.key, ev.index, ev.id, ev.name, ev.arguments)
@@ -243,7 +248,9 @@ class Reassembler:
                 if ev.choice is not None and (
                     ev.choice in self._choices or len(self._choices) < self._limits.max_blocks
                 ):
-                    block = ev.choice if ev.text_block is None else ev.text_block
+                    block = ev.text_block
+                    if block is None:  # its ChoiceOpen's, else the choice's own index
+                        block = self._choices[ev.choice][2] if ev.choice in self._choices else ev.choice
                     self._choices[ev.choice] = (self._stop_reason, self._stop_reason_raw, block)
             case ModelEvent():
                 if ev.model:
@@ -545,8 +552,9 @@ class Reassembler:
         return exchange
 
     def _choice_results(self, blocks: list[Block]) -> list[dict[str, Any]] | None:
-        """One result per choice, in index order, when the response had several choices (or
-        one whose index is not 0); else ``None`` (the record's ``text``/``stop_reason`` are it).
+        """One result per choice (``ChoiceOpen``, ``StopEvent.choice``), in index order, when the
+        response had several choices (or one whose index is not 0); else ``None`` (the record's
+        ``text``/``stop_reason`` are it); a choice that never stopped has ``None`` stop reasons.
         A choice's text is its ``text`` block (``StopEvent.text_block``, by default the choice's
         own index; "" without one)."""
         if not self._choices or list(self._choices) == [0]:
@@ -592,6 +600,7 @@ def _type_name(ev: CanonicalEvent) -> str:
         ToolCallEvent: "tool.call",
         ToolCallDelta: "tool call fragment",
         StopEvent: "stop reason",
+        ChoiceOpen: "choice",
         ModelEvent: "model",
         UsageEvent: "usage",
         ResponseIdentity: "response identity",

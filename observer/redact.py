@@ -666,13 +666,18 @@ def header_secrets(headers: Any) -> list[str]:
     return out
 
 
+#: The record's response identity fields, redacted as the request ids are (``redact_record``).
+_IDENTITY_FIELDS = ("response_id", "system_fingerprint", "service_tier")
+
+
 def redact_record(record: Any, removed: list[str]) -> None:
     """The last pass over a finished record (``observer.records.Exchange``), in place: echoes
     of ``removed`` values (``scrub``) leave ``response_body``, the error, ``transport_error``,
     (which also lose any credential-shaped run: ``redact_shaped``),
-    the request ids (the request's and the one the stream gave) and violation details; a
-    credential in either request id (``redact_string``) goes too. The echo forms are built once
-    for all of them."""
+    the request ids (the request's and the one the stream gave), the response's identity
+    (``response_id``, ``system_fingerprint``, ``service_tier``: a server or a header may echo the
+    caller's key as an id; trial finding) and violation details; a credential in any of those ids
+    (``redact_string``) goes too. The echo forms are built once for all of them."""
     echoes = _echo_forms(removed) if removed else []
     record.response_body = redact_shaped(_scrub(record.response_body, echoes))
     if record.error is not None:
@@ -683,6 +688,10 @@ def redact_record(record: Any, removed: list[str]) -> None:
         rid = holder.request_id
         if isinstance(rid, str):
             holder.request_id = _scrub(redact_string(rid), echoes)
+    for name in _IDENTITY_FIELDS:
+        value = getattr(record, name)
+        if isinstance(value, str):
+            setattr(record, name, _scrub(redact_string(value), echoes))
     if echoes and record.violations:
         record.violations = [
             dataclasses.replace(v, detail=_scrub(v.detail, echoes)) if v.detail else v for v in record.violations

@@ -63,11 +63,15 @@ the stream gives the same text, text blocks, tool calls, usage, stop reason, err
    opened that index (index 0 of a record with no replayed block and no tool call), an empty
    ``content.delta`` opens it first (draft §5.4: each block a ``content.stop`` ends was begun).
    Before it, per-choice results (``choices``: OpenAI ``n > 1``, Gemini ``candidateCount``), in
-   the record's order: one ``content.stop`` per choice at its text block (``choice_blocks``) with
-   the choice's ``stop_reason``, its raw one as above and ``extensions["llm-stream-observer:choice"]``
-   (the choice's index), which the standard dialect reads back as that choice's stop. A draft
-   reader without the extension sees each answer's block stopped with its reason. The message's
-   ``content.stop`` follows when the last choice's stop does not already give it.
+   the record's order: one ``content.stop`` per choice that stopped, at its text block
+   (``choice_blocks``), with the choice's ``stop_reason``, its raw one as above and
+   ``extensions["llm-stream-observer:choice"]`` (the choice's index), which the standard dialect
+   reads back as that choice's stop. Each choice is announced on the first ``content.delta`` of
+   its block (step 2: ``extensions["llm-stream-observer:choices"]``, the indexes of the choices
+   whose text it is; an empty delta opens the block of a choice without text), so a choice that
+   never stopped comes back too, without a stop reason. A draft reader without the extensions
+   sees each answer's block, stopped with its reason. The message's ``content.stop`` follows when
+   the last choice's stop does not already give it.
 6. ``usage`` when usage was reported (draft: SHOULD, not MUST): ``usage_fields``.
 7. ``error`` when the record has one: ``code`` and ``message`` (``null`` when not sent).
 8. ``stream.end`` (with ``request_id`` when known) only when the stream ended (``ended``):
@@ -97,6 +101,7 @@ NAMESPACE = "llm-stream-observer"  # our ``vendor`` part of extension keys (draf
 BLOCK_TYPE = f"{NAMESPACE}:block_type"
 STOP_REASON_RAW = f"{NAMESPACE}:stop_reason_raw"
 CHOICE = f"{NAMESPACE}:choice"
+CHOICES = f"{NAMESPACE}:choices"
 TOOLS_DECLARED_ELSEWHERE = f"{NAMESPACE}:tools_declared_elsewhere"
 RECORDED_DIALECT = f"{NAMESPACE}:recorded_dialect"
 TOOL_NAMES = f"{NAMESPACE}:tool_names"
@@ -112,6 +117,7 @@ TOOL_USE = "tool_use"
 __all__ = [
     "BLOCK_TYPE",
     "CHOICE",
+    "CHOICES",
     "DELTA_MAX_CHARS",
     "RECORDED_DIALECT",
     "STOP_REASON_RAW",
@@ -180,12 +186,19 @@ def stream_events(exchange: Exchange, *, all_blocks: bool = False) -> list[dict[
     events.add("stream.start", start)
 
     blocks = _replayed_blocks(exchange, all_blocks)
+    chosen = choice_blocks(exchange)
+    announced: dict[int, list[int]] = {}  # block index -> the choices whose text it is
+    for choice, index in chosen:
+        announced.setdefault(index, []).append(choice["index"])
     last_stop: str | None = None
     stopped = False
     for block in blocks:
-        ext = {} if block.type == TEXT else {"extensions": {BLOCK_TYPE: block.type}}
-        for piece in _pieces(block.text):
-            events.add("content.delta", {"index": block.index, "role": "assistant", "delta": {"text": piece}, **ext})
+        for i, piece in enumerate(_pieces(block.text)):
+            extensions: dict[str, Any] = {} if block.type == TEXT else {BLOCK_TYPE: block.type}
+            if i == 0 and block.index in announced:
+                extensions[CHOICES] = announced.pop(block.index)
+            delta = {"index": block.index, "role": "assistant", "delta": {"text": piece}}
+            events.add("content.delta", {**delta, "extensions": extensions} if extensions else delta)
         if block.stop_reason is not None:
             events.add("content.stop", {"index": block.index, "stop_reason": block.stop_reason})
             last_stop, stopped = block.stop_reason, True
@@ -198,11 +211,12 @@ def stream_events(exchange: Exchange, *, all_blocks: bool = False) -> list[dict[
             last_stop, stopped = block.stop_reason, True
 
     given = (last_stop, last_stop) if stopped else (None, None)
-    opened = {b.index for b in blocks} | {c.index for c in exchange.tool_calls}
-    for choice, index in choice_blocks(exchange):
-        if index not in opened:  # a choice without text: its (empty) block is opened first
-            events.add("content.delta", {"index": index, "role": "assistant", "delta": {"text": ""}})
-            opened.add(index)
+    for index, choices in announced.items():  # choices without text: their (empty) block opened
+        delta = {"index": index, "role": "assistant", "delta": {"text": ""}}
+        events.add("content.delta", {**delta, "extensions": {CHOICES: choices}})
+    for choice, index in chosen:
+        if choice["stop_reason"] is None and choice["stop_reason_raw"] is None:
+            continue  # it never stopped: announced only
         choice_ext: dict[str, Any] = {CHOICE: choice["index"]}
         if choice["stop_reason_raw"] != choice["stop_reason"]:
             choice_ext[STOP_REASON_RAW] = choice["stop_reason_raw"]

@@ -71,10 +71,12 @@ Decisions (the record's conventions applied to this vendor):
 - ``responseId`` is the ``response_id`` and Vertex's ``usageMetadata.trafficType``
   (``ON_DEMAND``, ``PROVISIONED_THROUGHPUT``: how the request was billed) the ``service_tier``
   (``ResponseIdentity``; read from the chunks that carry counts or a new id).
-- Candidates (``candidateCount > 1``): each ``finishReason`` is a ``StopEvent`` of choice
-  ``index`` (the candidate's ``index``, else its position in ``candidates``) whose text is
-  block ``2 * index``, so the record's ``choices`` hold each candidate's text and stop reason;
-  the record's ``stop_reason`` is the last one sent (as for OpenAI's ``n``).
+- Candidates (``candidateCount > 1``): each candidate is announced when first seen
+  (``ChoiceOpen``) and each ``finishReason`` is a ``StopEvent`` of choice ``index`` (the
+  candidate's ``index``; absent, its position in ``candidates``; present but not a non-negative
+  integer, its position and an ``invalid_event``) whose text is block ``2 * index``, so the
+  record's ``choices`` hold each candidate's text and stop reason (``null`` for one that never
+  finished); the record's ``stop_reason`` is the last one sent (as for OpenAI's ``n``).
 - An ``error`` object in a chunk is an ``ErrorEvent`` (code: its ``status``, else its numeric
   ``code`` as text).
 - End: Gemini sends no end marker. ``StreamEnd`` is emitted when the body ends
@@ -103,9 +105,17 @@ from observer.conversation import (
     result,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
-from observer.dialects.toolkit import Out, base64_decoded_size, not_llm_request, read_tools, vendor_object
+from observer.dialects.toolkit import (
+    MAX_CHOICES_SEEN,
+    Out,
+    base64_decoded_size,
+    not_llm_request,
+    read_tools,
+    vendor_object,
+)
 from observer.dialects.usage import UsageMap, read_usage
 from observer.events import (
+    ChoiceOpen,
     ContentDelta,
     ErrorEvent,
     ModelEvent,
@@ -333,6 +343,9 @@ class GeminiAdapter(AdapterBase):
         self._calls_by_candidate: Counter[int] = Counter()
         self._done_seen = False
         self._open: dict[int, _StreamedCall] = {}  # streamed-arguments call open per candidate
+        # Candidates announced (``ChoiceOpen``, at most MAX_CHOICES_SEEN); the fast lane's last one.
+        self._choices_seen: set[int] = set()
+        self._fast_choice = -1
 
     def on_message(self, message: Message) -> Out:
         if message.data.strip() == "[DONE]":
@@ -390,6 +403,10 @@ class GeminiAdapter(AdapterBase):
             index = 0
         elif index.__class__ is not int or not 0 <= index < 2**31:
             return False
+        if index != self._fast_choice:  # a candidate not announced yet takes the general mapping
+            if index not in self._choices_seen:
+                return False
+            self._fast_choice = index
         call = part.get("functionCall")
         if call is not None:
             return self._fast_call(index, part, call)
@@ -474,7 +491,13 @@ class GeminiAdapter(AdapterBase):
     def _candidate(self, position: int, cand: dict[str, Any], out: Out) -> None:
         index = cand.get("index")
         if not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 2**31):
+            if index is not None:  # present but unusable (absent: its position, as the API numbers them)
+                detail = f"candidates[].index {index!r:.40} invalid: its position {position} used"
+                out.append(Violation(V.INVALID_EVENT, None, detail))
             index = position
+        if index not in self._choices_seen and len(self._choices_seen) < MAX_CHOICES_SEEN:
+            self._choices_seen.add(index)
+            out.append(ChoiceOpen(None, index, 2 * index))
         content = cand.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
         for part in parts if isinstance(parts, list) else ():

@@ -40,10 +40,19 @@ from observer.dialects._openai_common import (
     text,
 )
 from observer.dialects.base import AdapterBase, DeltaSink, DialectBase, Message, RequestView
-from observer.dialects.toolkit import INT64_MAX, check_messages, is_int, load_object, not_llm_request, read_tools
+from observer.dialects.toolkit import (
+    INT64_MAX,
+    MAX_CHOICES_SEEN,
+    check_messages,
+    is_int,
+    load_object,
+    not_llm_request,
+    read_tools,
+)
 from observer.dialects.usage import read_usage
 from observer.events import (
     CanonicalEvent,
+    ChoiceOpen,
     ContentDelta,
     ModelEvent,
     StopEvent,
@@ -196,8 +205,9 @@ class OpenAIChatAdapter(AdapterBase):
       details); ``"usage": null`` is no report.
     - The chunk's ``id`` (``chatcmpl-…``), ``system_fingerprint`` and ``service_tier`` ->
       ``ResponseIdentity`` (given when one first appears; the id is also the record's ``request_id``, as
-      before). With several choices (``n > 1``) each ``finish_reason`` is also that choice's
-      (``StopEvent.choice``).
+      before). Each choice index is announced when first seen (``ChoiceOpen``, its text block
+      its own index), and each ``finish_reason`` is also that choice's (``StopEvent.choice``): with
+      several choices (``n > 1``) the record's ``choices`` list each, one that never finished too.
     - Errors: ``{"error": {…}}`` (OpenAI, OpenRouter — which may also send choices with
       ``finish_reason: "error"`` — SGLang, newer vLLM) or ``{"object": "error", …}`` (vLLM) ->
       ``ErrorEvent`` (``_openai_common.error_event``); a later ``[DONE]`` does not undo it.
@@ -222,6 +232,9 @@ class OpenAIChatAdapter(AdapterBase):
         self._fast_c: int | None = None
         self._fast_index: int | None = None
         self._fast_call: _OpenCall | None = None
+        # Choices announced (``ChoiceOpen``, at most MAX_CHOICES_SEEN); the fast lane's last one.
+        self._choices_seen: set[int] = set()
+        self._fast_choice = -1
 
     def on_message(self, message: Message) -> list[CanonicalEvent | Violation]:
         data = message.data.strip()
@@ -293,6 +306,10 @@ class OpenAIChatAdapter(AdapterBase):
         if choice.get("finish_reason") is not None:
             return False
         c = choice.get("index")
+        if c != self._fast_choice:  # a choice not announced yet takes the general mapping
+            if c not in self._choices_seen:
+                return False
+            self._fast_choice = c
         if c.__class__ is not int or c < 0 or c > INT64_MAX:
             return False
         if len(delta) == 1:
@@ -363,6 +380,9 @@ class OpenAIChatAdapter(AdapterBase):
             if c is not None:  # present but unusable (absent: the only choice, 0)
                 out.append(Violation(V.INVALID_EVENT, None, f"choices[].index {c!r:.40} invalid: choice 0 used"))
             c = 0
+        if c not in self._choices_seen and len(self._choices_seen) < MAX_CHOICES_SEEN:
+            self._choices_seen.add(c)
+            out.append(ChoiceOpen(None, c, c))
         body = choice.get("message" if whole else "delta")
         if isinstance(body, dict):
             self._content(c, body, out)

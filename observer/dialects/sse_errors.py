@@ -10,7 +10,10 @@ Each dialect maps the error events it knows. This module is the rule for the res
 ``observer.tap`` to every SSE message of type ``error`` (issue 16 item 4: an error sent under a
 field the WHATWG parser ignores must still make the outcome ``error`` with the error recorded):
 when the adapter's events for it hold no ``ErrorEvent``, one is added, read from the data by
-:func:`read_error` (and an empty one, neither code nor message, is read so). The adapter's own violations stay (a JSON dialect reports text data as
+:func:`read_error` (and an empty one, neither code nor message, is read so). An ``error`` event is
+not the answer: text, tool calls, stops and choices the adapter read in it (a chat chunk sent
+under ``error:``, which no WHATWG client shows) are not applied, and one ``invalid_event`` says
+how many were left out (trial finding: they had joined the record's text). The adapter's own violations stay (a JSON dialect reports text data as
 ``invalid_json``: the server broke that rule too). Pure; raises nothing.
 """
 
@@ -21,7 +24,16 @@ from typing import Any
 import orjson
 
 from observer.dialects.toolkit import is_int
-from observer.events import ErrorEvent
+from observer.events import (
+    ChoiceOpen,
+    ContentDelta,
+    ContentStop,
+    ErrorEvent,
+    StopEvent,
+    ToolCallDelta,
+    ToolCallEvent,
+)
+from observer.records import Violation, ViolationKind
 
 __all__ = ["ERROR_TYPE", "NOT_JSON", "read_error", "with_error"]
 
@@ -29,6 +41,8 @@ __all__ = ["ERROR_TYPE", "NOT_JSON", "read_error", "with_error"]
 ERROR_TYPE = "error"
 #: ``read_error``'s ``obj`` for data that is not JSON.
 NOT_JSON: Any = object()
+#: What an ``error`` event may not add to the record: the answer's content and its end.
+_CONTENT = (ContentDelta, ContentStop, ToolCallEvent, ToolCallDelta, StopEvent, ChoiceOpen)
 #: Keys naming an error's code, in the order they are looked for (OpenAI ``code`` then ``type``;
 #: Google's ``status`` beside its numeric ``code``).
 _CODE_KEYS = ("code", "type", "status")
@@ -41,7 +55,13 @@ def with_error(items: list[Any], obj: Any, data: str | bytes) -> list[Any]:
     ``code`` or ``message`` member (so not in the dialect's own error shape: a draft error event
     with both ``null`` stays as it is) replaced by ``read_error(obj, data)``, its ``seq`` kept,
     when that says more; with no ``ErrorEvent``, ``read_error(obj, data)`` appended. ``obj``: the
-    data parsed as JSON, or ``NOT_JSON``."""
+    data parsed as JSON, or ``NOT_JSON``. The answer's content among ``items`` is left out, with
+    one ``invalid_event`` (module docstring)."""
+    kept = [item for item in items if not isinstance(item, _CONTENT)]
+    if len(kept) < len(items):
+        n = len(items) - len(kept)
+        detail = f"an error event is not the answer: {n} content event{'s' if n > 1 else ''} in it not recorded"
+        items = [*kept, Violation(ViolationKind.INVALID_EVENT, None, detail)]
     for i, item in enumerate(items):
         if item.__class__ is ErrorEvent:
             if item.code is not None or item.message is not None:

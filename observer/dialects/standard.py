@@ -15,10 +15,11 @@ none was sent),
 ``llm-stream-observer:response_id`` / ``system_fingerprint`` / ``service_tier`` on
 ``stream.start`` and ``llm-stream-observer:cache_read_input_tokens`` /
 ``cache_creation_input_tokens`` / ``reasoning_output_tokens`` / ``total_tokens`` /
-``usage_details`` on ``usage``, ``llm-stream-observer:choice`` on ``content.stop`` (the stop ends
-that choice of several, OpenAI ``n`` / Gemini ``candidateCount``, whose text is the stopped
-block: a ``StopEvent`` of that choice, the block's own stop reason left unset, as the recorded
-dialects leave it). A value of the wrong type is ignored like any unknown field. On the request
+``usage_details`` on ``usage``, ``llm-stream-observer:choices`` on ``content.delta`` (an array
+of choice indexes: the choices of several, OpenAI ``n`` / Gemini ``candidateCount``, whose text
+is this block: a ``ChoiceOpen`` each) and ``llm-stream-observer:choice`` on ``content.stop`` (the
+stop ends that choice, whose text is the stopped block: a ``StopEvent`` of that choice, the
+block's own stop reason left unset, as the recorded dialects leave it). A value of the wrong type is ignored like any unknown field. On the request
 envelope, the extension **name** ``llm-stream-observer:tools_declared_elsewhere`` (names are all
 the record keeps of extensions, §8.3) says the request does not declare the tools the model may
 call (an AI SDK app's tools live on its server): ``declares_tools`` is then False for it, each
@@ -51,6 +52,7 @@ from observer.dialects.toolkit import (
 )
 from observer.events import (
     CanonicalEvent,
+    ChoiceOpen,
     ContentDelta,
     ContentStop,
     ErrorEvent,
@@ -378,6 +380,9 @@ def _content_delta(obj: dict[str, Any], seq: int | None, out: list[Any]) -> None
         out.append(Violation(V.INVALID_EVENT, seq, "content.delta: delta.text is not a string"))
         return
     block_type = _own(obj, "block_type")
+    choices = _own(obj, "choices")
+    if isinstance(choices, list):  # the choices whose text this block is (module docstring)
+        out.extend(ChoiceOpen(seq, c, index or 0) for c in choices if is_int(c) and c >= 0)
     out.append(ContentDelta(seq, index or 0, text, block_type if block_type in BLOCK_TYPES else "text"))
 
 

@@ -21,6 +21,11 @@ V = ViolationKind
 #: columns): a larger one is invalid, never stored.
 INT64_MAX = 2**63 - 1
 
+#: Distinct choice indexes an adapter remembers having announced (``ChoiceOpen``): a hostile
+#: stream naming a new index in every chunk must not grow its memory without bound; beyond it a
+#: new choice is not announced (the record keeps at most ``max_blocks`` choices anyway).
+MAX_CHOICES_SEEN = 1024
+
 #: What an adapter returns: canonical events and violations in wire order.
 Out = list[CanonicalEvent | Violation]
 

@@ -32,6 +32,7 @@ _CLASSES: dict[str, type] = {
         events.ToolCallEvent,
         events.ToolCallDelta,
         events.StopEvent,
+        events.ChoiceOpen,
         events.ModelEvent,
         events.UsageEvent,
         events.ResponseIdentity,

@@ -113,8 +113,16 @@ class Scope:
 
 
 def _text(name: str, value: str) -> str:
-    if not value.strip() or len(value) > MAX_TEXT or "\x00" in value:
-        raise HoldError(f"the {name} must be 1..{MAX_TEXT} characters, not blank, without NUL")
+    """``value`` when it is 1..``MAX_TEXT`` characters, not blank, each printable or a line feed
+    or tab (``str.isprintable``: no NUL, no other control character such as ESC, which ``hold
+    list`` would print raw to a terminal: trial finding, an OSC sequence set its title; no format
+    character such as a bidi override, no lone surrogate); else ``HoldError`` naming the first
+    offending character by its code point."""
+    if not value.strip() or len(value) > MAX_TEXT:
+        raise HoldError(f"the {name} must be 1..{MAX_TEXT} characters, not blank")
+    bad = next((c for c in value if not c.isprintable() and c not in "\n\t"), None)
+    if bad is not None:
+        raise HoldError(f"the {name} must be printable characters, lines and tabs (U+{ord(bad):04X} is not)")
     return value
 
 

@@ -369,7 +369,13 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
     where a sum of 0 over reports is zero tokens); ``usage_not_reported``, the exchanges without
     a usage event. Read from an index holding ``STATS_SUMMED`` (``observer.store.models``), not
     the table (SQLite by day: one record per day, for its key). Raises ``ValueError`` for
-    another ``group_by`` or a bad ``q``."""
+    another ``group_by`` or a bad ``q``.
+
+    Sums never fail on what the store holds: a count may be any 64-bit integer (draft §8.4), and
+    two of 2^63 - 1 overflow SQLite's integer ``SUM`` ("integer overflow": trial finding, every
+    stats call over such a group failed). SQLite sums with ``TOTAL`` (a float: exact below 2^53,
+    9·10^15 tokens, which only absurd counts reach; above it the nearest float); PostgreSQL's
+    ``SUM`` of a bigint is an exact numeric."""
     ex = ExchangeRow.__table__
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
@@ -388,8 +394,9 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
         key = group = ex.c[COLUMN_FILTERS[group_by]]
     key = key.label("key")
     counts = [func.count().label("exchanges")]
+    total = func.total if engine.dialect.name == "sqlite" else func.sum
     for name in STATS_TOKENS:
-        counts.append(func.coalesce(func.sum(ex.c[name]), 0).label(name))
+        counts.append(func.coalesce(total(ex.c[name]), 0).label(name))
         counts.append(func.count(ex.c[name]).label(f"{name}_reported"))
     not_reported = func.sum(case((ex.c.usage_reported, literal(0)), else_=literal(1)))
     counts.append(func.coalesce(not_reported, 0).label("usage_not_reported"))
@@ -402,7 +409,7 @@ def stats(engine: Engine, group_by: str, filters: Filters) -> list[Item]:
             .order_by(key.asc().nulls_last())  # the engines differ without it (SQLite: NULL first)
         )
         # By position: a group is a row (5,000 users), the row's mapping cost more than the query.
-        # int(): PostgreSQL's SUM of a bigint is a numeric.
+        # int(): PostgreSQL's SUM of a bigint is a numeric, SQLite's TOTAL a float.
         return [{group_by: r[0], **dict(zip(names, map(int, r[1:]), strict=True))} for r in conn.execute(stmt)]
 
 

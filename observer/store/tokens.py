@@ -57,12 +57,15 @@ def create_token(
     engine: Engine, key: CheckpointKey, store_id: str, *, name: str, role: str, actor: str, at: datetime
 ) -> tuple[str, dict[str, Any]]:
     """Makes a token; returns it (the only time it is seen) and its row (without the hash).
-    Raises ``TokenError`` for an unknown role, an empty or over-long name, or a name in use
-    (revoked tokens keep theirs)."""
+    Raises ``TokenError`` for an unknown role, an empty or over-long name, a name with a
+    character that is not printable (``str.isprintable``: a control character such as DEL or ESC,
+    a format character such as a bidi override; the name is the actor the store's chained events
+    and ``token list`` show, held to the rule of ``--by``), or a name in use (revoked tokens keep
+    theirs)."""
     if role not in ROLES:
         raise TokenError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
     name = name.strip()
-    if not name or len(name) > NAME_MAX or any(ord(c) < 32 for c in name):
+    if not name or len(name) > NAME_MAX or not name.isprintable():
         raise TokenError(f"a token name is 1..{NAME_MAX} printable characters")
     token = new_token()
     row = {

@@ -41,6 +41,7 @@ from observer.dialects.base import RequestView
 from observer.dialects.gemini import GeminiAdapter, GeminiDialect
 from observer.dialects.registry import default_registry
 from observer.events import (
+    ChoiceOpen,
     ContentDelta,
     ErrorEvent,
     ModelEvent,
@@ -527,8 +528,10 @@ def test_gemini_two_candidates_blocks_and_stop_per_candidate():
         ]
     }
     assert g.on_message(frame(chunk)) == [
+        ChoiceOpen(None, 0, 0),  # each candidate announced when first seen, its text at 2c
         ContentDelta(None, 0, "A", "text"),
         ToolCallEvent(None, 0, None, "f", ""),  # args absent: recorded as ""
+        ChoiceOpen(None, 1, 2),
         ContentDelta(None, 3, "plan", "reasoning"),
         ContentDelta(None, 2, "B", "text"),
         StopEvent(None, "end_turn", "STOP", 1, 2),  # candidate 1 made no function call; its text: block 2
@@ -542,7 +545,20 @@ def test_gemini_two_candidates_blocks_and_stop_per_candidate():
 @pytest.mark.parametrize("reason", ["SAFETY", "RECITATION", "MALFORMED_FUNCTION_CALL", "OTHER", "BLOCKLIST"])
 def test_gemini_other_finish_reasons_kept(reason):
     out = GeminiAdapter().on_message(frame({"candidates": [{"finishReason": reason}]}))
-    assert out == [StopEvent(None, reason, reason, 0, 0)]  # no index: the candidate's position
+    assert out == [ChoiceOpen(None, 0, 0), StopEvent(None, reason, reason, 0, 0)]  # no index: its position
+
+
+@pytest.mark.parametrize("bad", [-1, "1", 1.5, True, 2**31])
+def test_gemini_candidate_index_of_the_wrong_type_is_a_violation(bad):
+    """Trial finding: an index present but not a non-negative 31-bit integer became the
+    candidate's position without a trace; now with an ``invalid_event`` naming it."""
+    out = GeminiAdapter().on_message(frame({"candidates": [{}, {"index": bad, "finishReason": "STOP"}]}))
+    assert out == [
+        ChoiceOpen(None, 0, 0),
+        Violation("invalid_event", None, f"candidates[].index {bad!r} invalid: its position 1 used"),
+        ChoiceOpen(None, 1, 2),
+        StopEvent(None, "end_turn", "STOP", 1, 2),
+    ]
 
 
 def test_gemini_adapter_checks_and_tolerances():
@@ -552,7 +568,9 @@ def test_gemini_adapter_checks_and_tolerances():
     assert kinds(g.on_message(frame("[DONE]"))) == ["invalid_event"]
     assert g.on_message(frame(" [DONE]\n")) == []  # flagged once per stream
     # streamed-arguments continuation parts carry no name: not recorded
-    assert g.on_message(frame({"candidates": [{"content": {"parts": [{"functionCall": {}}]}}]})) == []
+    assert g.on_message(frame({"candidates": [{"content": {"parts": [{"functionCall": {}}]}}]})) == [
+        ChoiceOpen(None, 0, 0)  # the candidate is announced, nothing else
+    ]
     assert g.on_message(frame({"error": {"code": 429, "message": "quota"}})) == [ErrorEvent(None, "429", "quota")]
     assert g.on_message(frame({"modelVersion": "m1"})) == [ModelEvent(None, "m1")]
     assert g.on_message(frame({"modelVersion": "m1"})) == []  # once per distinct value
@@ -627,7 +645,7 @@ def partial(path: str, more: bool = True, **value) -> dict:
 
 def test_gemini_streamed_args_nested_paths_numbers_and_bools():
     g = GeminiAdapter()
-    assert g.on_message(fc_chunk({"name": "plan", "id": "c1", "willContinue": True})) == []
+    assert g.on_message(fc_chunk({"name": "plan", "id": "c1", "willContinue": True})) == [ChoiceOpen(None, 0, 0)]
     for call in (
         partial("$.recipe.name", stringValue="Lasa", willContinue=True),
         partial("$.recipe.name", stringValue="gna"),
@@ -669,6 +687,7 @@ def test_gemini_streamed_args_two_consecutive_calls_and_classic_call_unchanged()
     ):
         out += g.on_message(fc_chunk(call))
     assert out == [
+        ChoiceOpen(None, 0, 0),
         ToolCallEvent(None, 0, None, "getWeather", '{"location":"Boston"}'),
         ToolCallEvent(None, 1, None, "getWeather", '{"location":"San Francisco","days":3}'),
         ToolCallEvent(None, 2, None, "time", '{"tz":"PST"}'),
@@ -729,6 +748,7 @@ def test_gemini_part_text_of_the_wrong_type_is_a_violation(text, shown):
     trace; now an ``invalid_event`` violation, the chunk's other parts still mapped."""
     out = GeminiAdapter().on_message(frame({"candidates": [{"content": {"parts": [{"text": text}, {"text": "B"}]}}]}))
     assert out == [
+        ChoiceOpen(None, 0, 0),
         Violation("invalid_event", None, f"part text is not a string: {shown} dropped"),
         ContentDelta(None, 0, "B", "text"),
     ]

@@ -52,6 +52,7 @@ from observer.dialects.openai_chat import OpenAIChatAdapter, OpenAIChatDialect
 from observer.dialects.openai_responses import OpenAIResponsesAdapter, OpenAIResponsesDialect
 from observer.dialects.registry import default_registry
 from observer.events import (
+    ChoiceOpen,
     ContentDelta,
     ErrorEvent,
     ModelEvent,
@@ -512,6 +513,7 @@ def test_chat_openrouter_error_chunk_has_error_and_finish_reason():
         StreamStart(None, "openai/gpt-4o", "gen-1"),
         ResponseIdentity(None, "gen-1"),
         ErrorEvent(None, "502", "Provider disconnected"),
+        ChoiceOpen(None, 0, 0),
         StopEvent(None, "error", "error", choice=0),
     ]
 
@@ -555,6 +557,7 @@ def test_chat_whole_body_completion():
     assert out == [
         StreamStart(None, "deepseek-reasoner", "chatcmpl-1"),
         ResponseIdentity(None, "chatcmpl-1"),
+        ChoiceOpen(None, 0, 0),  # the choice is announced first (its text: block 0)
         ContentDelta(None, 1000, "think", "reasoning"),
         ContentDelta(None, 0, "hi", "text"),
         ToolCallEvent(None, 0, "call_1", "f", "{}"),  # function_call beside tool_calls is a mirror, not a call

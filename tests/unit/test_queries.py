@@ -623,6 +623,30 @@ def test_stats_day_is_the_utc_date_around_midnight(store: AuditStore, make_excha
     ]
 
 
+def test_stats_of_counts_at_the_64_bit_bound(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
+    """Trial finding: two counts of 2^63 - 1 (valid 64-bit integers, draft §8.4) made SQLite's
+    SUM fail with "integer overflow" and every stats call over their group answer 503. Now the
+    sum is 2^64 - 2 on PostgreSQL (exact) and that number's nearest float on SQLite (TOTAL: exact
+    below 2^53); a group of ordinary counts beside them is exact on both."""
+    big = 2**63 - 1
+    store.write_many(
+        [
+            make_exchange("b1", T0, model="huge", usage=Usage(big, 1, cache_read_input_tokens=big, reported=True)),
+            make_exchange("b2", T0, model="huge", usage=Usage(big, 2, cache_read_input_tokens=big, reported=True)),
+            make_exchange("b3", T0, model="small", usage=Usage(2**53 - 2, 3, reported=True)),
+            make_exchange("b4", T0, model="small", usage=Usage(1, 4, reported=True)),
+        ]
+    )
+    with TestClient(create_app(store, TOKEN)) as c:
+        groups = {g["model"]: g for g in _get(c, "/v1/stats", {"group_by": "model"})["groups"]}
+    want = 2**64 - 2 if store.engine.dialect.name == "postgresql" else int(float(2**64 - 2))
+    huge = groups["huge"]
+    assert (huge["input_tokens"], huge["output_tokens"], huge["cache_read_input_tokens"]) == (want, 3, want)
+    assert (huge["input_tokens_reported"], huge["cache_read_input_tokens_reported"]) == (2, 2)
+    small = groups["small"]
+    assert (small["input_tokens"], small["output_tokens"]) == (2**53 - 1, 7)  # exact below 2^53
+
+
 def test_search_folds_accents_alike_on_both_engines(store: AuditStore, make_exchange: Callable[..., Exchange]) -> None:
     """What unicode61 folds (a Latin letter with marks, text written decomposed too) PostgreSQL
     folds (``search.fold``); what it keeps (ø, ß) both keep."""

@@ -455,13 +455,22 @@ def test_json_error_field_is_the_error_in_every_sse_dialect(dialect, case):
     assert (record["outcome"], record["error"]) == ("error", {"code": code, "message": "Resource has been exhausted"})
 
 
-def test_error_event_is_never_a_fast_lane_delta():
-    """A chunk sent as ``event: error`` is an error even when its data looks like a delta (the
-    fast lane does not take it); its text is kept too, and the error's message is its data."""
-    chunk = CHAT_CHUNK % "Hi"
-    record = observe("openai.chat", CHAT_REQUEST, [f"event: error\ndata: {chunk}\n\n".encode()])
-    assert record["text"] == "Hi"
+@pytest.mark.parametrize("framing", ["event: error\ndata: ", "error: "])
+def test_an_error_event_is_not_the_answer(framing):
+    """A chunk sent as ``event: error`` (or under ``error:``) is an error even when its data looks
+    like a delta (the fast lane does not take it), its message the data; its text is not the
+    answer (trial finding: ``HelloINJECT tail``), and the record says what was left out (the
+    choice's announcement and its delta); the text around it is kept."""
+    chunk = CHAT_CHUNK % "INJECT"
+    body = f"data: {CHAT_CHUNK % 'Hello'}\n\n{framing}{chunk}\n\ndata: {CHAT_CHUNK % ' tail'}\n\n".encode()
+    record = observe("openai.chat", CHAT_REQUEST, [body])
+    assert record["text"] == "Hello tail"
     assert (record["outcome"], record["error"]) == ("error", {"code": None, "message": chunk})
+    assert {
+        "kind": "invalid_event",
+        "seq": None,
+        "detail": "an error event is not the answer: 1 content event in it not recorded",
+    } in record["violations"]
 
 
 @pytest.mark.parametrize(

@@ -448,6 +448,33 @@ def test_redact_record_covers_the_stream_request_id_and_violation_details():
     assert rec.violations[0].detail == "echo REDACTED"
 
 
+def test_redact_record_covers_the_response_identity():
+    """Trial finding: a server (or Bedrock's x-amzn-requestid header) that echoed the caller's
+    key as its id had it stored verbatim in ``response_id`` while ``request_id`` was redacted.
+    Echoes of a removed value and credential-shaped ids go; ordinary ids stay."""
+    from datetime import datetime, timezone
+
+    from observer.records import Exchange
+
+    rec = Exchange(
+        id="r",
+        dialect="openai.chat",
+        host="h",
+        path="/",
+        method="POST",
+        http_version="HTTP/1.1",
+        started_at=datetime(2026, 11, 30, tzinfo=timezone.utc),
+    )
+    rec.response_id = "req-sk-testsecretkey1234567890abcdef"  # an echo inside an id
+    rec.system_fingerprint = "AKIAIOSFODNN7EXAMPLE"  # shaped like an AWS access key id
+    rec.service_tier = "default"
+    redact_record(rec, ["sk-testsecretkey1234567890abcdef"])
+    assert (rec.response_id, rec.system_fingerprint, rec.service_tier) == ("req-REDACTED", "REDACTED", "default")
+    rec.response_id, rec.system_fingerprint = "chatcmpl-N2choicesXyZ", "fp_6f2eabb9a5"
+    redact_record(rec, ["sk-testsecretkey1234567890abcdef"])
+    assert (rec.response_id, rec.system_fingerprint) == ("chatcmpl-N2choicesXyZ", "fp_6f2eabb9a5")
+
+
 def test_redact_request_leaves_request_id_for_the_stream_comparison():
     """Trial finding: redacting it first made the stream's echo a false ``request_id_mismatch``
     whose detail quoted the secret; ``redact_record`` redacts both ids after the comparison."""

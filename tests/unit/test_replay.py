@@ -236,8 +236,9 @@ data: {"v":"1.0","seq":5,"type":"stream.end"}
 """
 
 # gemini/two_candidates: candidateCount 2 (a parameter), responseId as the identity extension,
-# candidate 0's text at block 0 and candidate 1's at block 2 (Gemini's 2c), no block stop reasons;
-# then each choice's stop at its block, marked with its choice (STOP -> end_turn, MAX_TOKENS ->
+# candidate 0's text at block 0 and candidate 1's at block 2 (Gemini's 2c), each block's first
+# delta announcing its choice, no block stop reasons; then each choice's stop at its block, marked
+# with its choice (STOP -> end_turn, MAX_TOKENS ->
 # max_tokens, the raw ones as extensions): the last is the message's, so no other content.stop;
 # usage 5 in, 11 out, total 16 (an extension); no request id.
 GEMINI_ENVELOPE = {
@@ -252,10 +253,10 @@ GEMINI_SSE = r"""event: stream.start
 data: {"v":"1.0","seq":0,"type":"stream.start","model":"gemini-2.0-flash","created":1749292800,"extensions":{"llm-stream-observer:response_id":"c2Y0aPqXBMmQ1MkP8dXo-Q0"}}
 
 event: content.delta
-data: {"v":"1.0","seq":1,"type":"content.delta","index":0,"role":"assistant","delta":{"text":"Blue sky."}}
+data: {"v":"1.0","seq":1,"type":"content.delta","index":0,"role":"assistant","delta":{"text":"Blue sky."},"extensions":{"llm-stream-observer:choices":[0]}}
 
 event: content.delta
-data: {"v":"1.0","seq":2,"type":"content.delta","index":2,"role":"assistant","delta":{"text":"Teal is a colour between"}}
+data: {"v":"1.0","seq":2,"type":"content.delta","index":2,"role":"assistant","delta":{"text":"Teal is a colour between"},"extensions":{"llm-stream-observer:choices":[1]}}
 
 event: content.stop
 data: {"v":"1.0","seq":3,"type":"content.stop","index":0,"stop_reason":"end_turn","extensions":{"llm-stream-observer:choice":0,"llm-stream-observer:stop_reason_raw":"STOP"}}

@@ -235,6 +235,29 @@ def test_releasing_an_unknown_or_released_hold_is_refused(filled: AuditStore, ke
         create_hold(filled.engine, key, store_id, Scope(host="h"), "  ", "legal", NOW)
 
 
+@pytest.mark.parametrize(
+    ("reason", "code"),
+    [("x\x1b]0;title\x07", "001B"), ("bad\x1b[31mreason", "001B"), ("a\u202eb", "202E"), ("a\x00b", "0000")],
+)
+def test_a_reason_with_a_control_or_format_character_is_refused(
+    filled: AuditStore, key: CheckpointKey, reason: str, code: str
+) -> None:
+    """Trial finding: ``hold release --reason $'x\\e]0;title\\a'`` was kept, and ``hold list``
+    printed the escape raw (it set the terminal's title). Lines and tabs stay allowed; the actor
+    (an API token's name, ``--by``) is held to the same rule."""
+    store_id = filled.store_id()
+    with pytest.raises(HoldError, match=f"reason must be printable characters, lines and tabs \\(U\\+{code} is not\\)"):
+        create_hold(filled.engine, key, store_id, Scope(host="h"), reason, "legal", NOW)
+    hold = create_hold(filled.engine, key, store_id, Scope(host="h"), "case 7:\n\tcourt order", "legal", NOW)
+    with pytest.raises(HoldError, match=f"U\\+{code} is not"):
+        release_hold(filled.engine, key, store_id, hold["id"], reason, "legal", NOW)
+    with pytest.raises(HoldError, match=f"actor must be printable .*U\\+{code}"):
+        create_hold(filled.engine, key, store_id, Scope(host="h"), "r", reason, NOW)
+    # A scope's user or host is what records hold, whatever it is: only NUL is refused there.
+    if code != "0000":
+        assert Scope(end_user=reason).end_user == reason
+
+
 def test_a_purge_refuses_to_erase_a_break(filled: AuditStore, key: CheckpointKey) -> None:
     _sql(filled, "UPDATE exchanges SET model = 'forged' WHERE id = 'r3'")
     with pytest.raises(PurgeRefused, match="seq 3, record r3: hash mismatch"):

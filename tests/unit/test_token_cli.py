@@ -133,7 +133,15 @@ def test_create_refusals_are_exit_2(store: AuditStore, migrated_url: str, key: C
     assert _cli(["token", "revoke", "erin"], migrated_url, key).exit_code == 0
     reused = _cli(["token", "create", "--role", "viewer", "--name", "erin"], migrated_url, key)
     assert reused.exit_code == 2 and "names are never reused" in reused.stderr
-    for name in ("", "   ", "x" * 101, "tab\there"):
+    for name in (
+        "",
+        "   ",
+        "x" * 101,
+        "tab\there",
+        "del\x7fhere",
+        "rlo\u202ehere",
+        "c1\x9bhere",
+    ):  # DEL, bidi, C1: trial
         blank = _cli(["token", "create", "--role", "viewer", "--name", name], migrated_url, key)
         assert blank.exit_code == 2 and "a token name is 1..100 printable characters" in blank.stderr, name
     assert len(CliRunner().invoke(app, ["token", "list", "--all", "--db", migrated_url]).stdout.splitlines()) == 1
