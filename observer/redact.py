@@ -684,14 +684,11 @@ def redact_record(record: Any, removed: list[str]) -> None:
         record.error.message = redact_shaped(_scrub(record.error.message, echoes))
         record.error.code = _scrub(record.error.code, echoes)
     record.transport_error = redact_shaped(_scrub(record.transport_error, echoes))
-    for holder in (record, record.request):
-        rid = holder.request_id
-        if isinstance(rid, str):
-            holder.request_id = _scrub(redact_string(rid), echoes)
-    for name in _IDENTITY_FIELDS:
-        value = getattr(record, name)
+    ids = [(record, "request_id"), (record.request, "request_id"), *((record, n) for n in _IDENTITY_FIELDS)]
+    for holder, name in ids:
+        value = getattr(holder, name)
         if isinstance(value, str):
-            setattr(record, name, _scrub(redact_string(value), echoes))
+            setattr(holder, name, _scrub(redact_string(value), echoes))
     if echoes and record.violations:
         record.violations = [
             dataclasses.replace(v, detail=_scrub(v.detail, echoes)) if v.detail else v for v in record.violations

@@ -66,6 +66,7 @@ from observer.wire.frames import (
 _log = logging.getLogger("observer.tap")  # bugs caught by feed_pending (fail open), with their traceback
 
 _loads = orjson.loads
+_ERROR_EVENT = ERROR_TYPE.encode()  # the SSE event type of observer.dialects.sse_errors, undecoded
 _JSONDecodeError = orjson.JSONDecodeError
 
 
@@ -292,7 +293,7 @@ class StreamObserver:
                         event = item[0]
                         # An ``error`` event is never a delta: it takes the general mapping,
                         # whose error rule (``observer.dialects.sse_errors``) the lane skips.
-                        if (not event or (event.isascii() and event != b"error")) and fast(event, obj, r, now_s):
+                        if (not event or (event.isascii() and event != _ERROR_EVENT)) and fast(event, obj, r, now_s):
                             continue
                     self._mapped(item, obj, now_s)
                 else:
@@ -373,10 +374,10 @@ class StreamObserver:
                 self._general(message, now_s)
                 return
             parsed = _ParsedEvent(name, raw, id, retry, size)
-            if name == ERROR_TYPE:  # the rule of observer.dialects.sse_errors
-                self._apply(with_error(self._on_object(parsed, obj), obj, raw), now_s)  # type: ignore[misc]
-                return
-        self._apply(self._on_object(parsed, obj), now_s)  # type: ignore[misc]
+        items = self._on_object(parsed, obj)  # type: ignore[misc]
+        if event == _ERROR_EVENT:  # the rule of observer.dialects.sse_errors
+            items = with_error(items, obj, raw)
+        self._apply(items, now_s)
 
     def _general(self, message: Message, now_s: float) -> None:
         """A message whose data is not JSON straight from the bytes (or whose event type is not

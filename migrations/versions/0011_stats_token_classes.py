@@ -10,10 +10,10 @@ columns of 0010) and counts, per class, the exchanges that reported it
 (``observer.store.query.stats``). The indexes it reads, ``ix_exchanges_started_at_id`` (by day
 on PostgreSQL), the filter indexes of the grouped columns (model, end_user, dialect, host) and,
 on SQLite, ``ix_exchanges_day``, held what it summed (0006, 0007); they are made again with the
-three counts after ``output_tokens``, so a stats call still reads an index, not the table. Each index is dropped and made again (no rename: SQLite cannot
-rename an index), in the upgrade's transaction on PostgreSQL, where an index of the
-partitioned table is made on every partition: the table is locked against writes while the
-indexes are built (at 1,000,000 records ~25 s in all on SQLite, ~15 s on PostgreSQL with
+three counts after ``output_tokens``, so a stats call still reads an index, not the table. Each
+index is dropped and made again (no rename: SQLite cannot rename an index), in the upgrade's
+transaction on PostgreSQL, where an index of the partitioned table is made on every partition:
+the table is locked against writes while the indexes are built (at 1,000,000 records ~25 s in all on SQLite, ~15 s on PostgreSQL with
 ``maintenance_work_mem`` 1 GB: docs/performance.md; a writer waits meanwhile, the proxies'
 journals holding its records). Written by hand to match ``observer/store/models.py``; the
 column lists are literals, never the model's.

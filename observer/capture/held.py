@@ -203,8 +203,9 @@ def hold(view: RequestView, limits: Limits, budget: HeldBudget) -> HeldRequest:
 def adopt(state: FlowState, held: HeldRequest | None) -> None:
     """Makes ``held`` the request body of ``state``, a flow its response claimed: the copy is
     read as the request (``state.request_tap``, ``state.held``: read once the upload has
-    ended), its bytes given back to the held budget (``RequestTap.detach``); a body declared over the cap gives its size and ``oversize_request``; no held body
-    (``None``) its size when declared and ``non_held_request``'s violation."""
+    ended), its bytes given back to the held budget (``RequestTap.detach``); a body declared
+    over the cap gives its size and ``oversize_request``; no held body (``None``) its size when
+    declared and ``non_held_request``'s violation."""
     request = state.exchange.request
     if held is None:
         state.parsed = True

@@ -13,8 +13,9 @@ when the adapter's events for it hold no ``ErrorEvent``, one is added, read from
 :func:`read_error` (and an empty one, neither code nor message, is read so). An ``error`` event is
 not the answer: text, tool calls, stops and choices the adapter read in it (a chat chunk sent
 under ``error:``, which no WHATWG client shows) are not applied, and one ``invalid_event`` says
-how many were left out (trial finding: they had joined the record's text). The adapter's own violations stay (a JSON dialect reports text data as
-``invalid_json``: the server broke that rule too). Pure; raises nothing.
+how many were left out (trial finding: they had joined the record's text). The adapter's own
+violations stay (a JSON dialect reports text data as ``invalid_json``: the server broke that rule
+too). Pure; raises nothing.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Extensions (§4.7 ``vendor:name`` keys; §8.3 says other readers need not interp
 ignored but for the observer's own, which its replay in the standard format writes
 (``observer.standard_replay``), so that a replayed exchange reads back as recorded:
 ``llm-stream-observer:block_type`` on ``content.delta`` (``reasoning``, ``refusal``: the block's
-type), ``llm-stream-observer:stop_reason_raw`` on ``content.stop`` (the vendor's stop reason; ``null``:
-none was sent),
+type), ``llm-stream-observer:stop_reason_raw`` on ``content.stop`` (the vendor's stop reason;
+``null``: none was sent),
 ``llm-stream-observer:response_id`` / ``system_fingerprint`` / ``service_tier`` on
 ``stream.start`` and ``llm-stream-observer:cache_read_input_tokens`` /
 ``cache_creation_input_tokens`` / ``reasoning_output_tokens`` / ``total_tokens`` /
@@ -19,8 +19,8 @@ none was sent),
 of choice indexes: the choices of several, OpenAI ``n`` / Gemini ``candidateCount``, whose text
 is this block: a ``ChoiceOpen`` each) and ``llm-stream-observer:choice`` on ``content.stop`` (the
 stop ends that choice, whose text is the stopped block: a ``StopEvent`` of that choice, the
-block's own stop reason left unset, as the recorded dialects leave it). A value of the wrong type is ignored like any unknown field. On the request
-envelope, the extension **name** ``llm-stream-observer:tools_declared_elsewhere`` (names are all
+block's own stop reason left unset, as the recorded dialects leave it). A value of the wrong type
+is ignored like any unknown field. On the request envelope, the extension **name** ``llm-stream-observer:tools_declared_elsewhere`` (names are all
 the record keeps of extensions, §8.3) says the request does not declare the tools the model may
 call (an AI SDK app's tools live on its server): ``declares_tools`` is then False for it, each
 tool call ``declared: null`` and no ``undeclared_tool`` (§8.2 cannot be judged from the wire);
